@@ -1,0 +1,35 @@
+# r2s2r: `make demo` runs the main job, `make test` the tests. Both create .venv on first use
+# and install the pinned dependencies (requirements/constraints.txt).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.r2s2r-installed
+export MUJOCO_GL ?= egl
+
+.PHONY: demo test bench colcon clean-venv
+
+$(STAMP): pyproject.toml setup.py requirements/constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip==26.0.1"
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[test,colcon]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m r2s2r.cli demo --out demo_output
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/twin_step.py
+	$(PY) bench/twin_node.py
+	$(PY) bench/loop_latency.py
+
+# The ROS 2 way, inside the same venv: colcon build + colcon test of the repository root.
+colcon: $(STAMP)
+	. $(VENV)/bin/activate && colcon build --base-paths . --build-base build/colcon --install-base install \
+	  && colcon test --base-paths . --build-base build/colcon --install-base install --event-handlers console_direct+ \
+	  && colcon test-result --test-result-base build/colcon --verbose
+
+clean-venv:
+	rm -rf $(VENV)

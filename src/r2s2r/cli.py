@@ -1,0 +1,89 @@
+"""The `r2s2r` command."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from r2s2r.config import ConfigError
+
+
+def _robots_list(args) -> int:
+    from r2s2r.robots import registry
+    for spec in registry().values():
+        print(spec.summary())
+    return 0
+
+
+def _robots_export(args) -> int:
+    from r2s2r.robots import get_robot
+    robot = get_robot(args.robot)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.format == "urdf":
+        shutil.copyfile(robot.urdf_path, out)
+    else:
+        from r2s2r.robots.model import build_robot_spec
+        spec = build_robot_spec(robot)
+        spec.compile()
+        out.write_text(spec.to_xml())
+    print(f"wrote {out} ({args.format}, {robot.name})")
+    return 0
+
+
+def _up(args) -> int:
+    from r2s2r.stack import StackRunner, load_stack
+    overrides = {}
+    for item in args.param or []:
+        if ":=" not in item:
+            raise ConfigError("command line", item, "NAME:=VALUE")
+        import yaml
+        key, value = item.split(":=", 1)
+        overrides[key] = yaml.safe_load(value)
+    stack = load_stack(args.stack, overrides)
+    return StackRunner(stack).run()
+
+
+def _demo(args) -> int:
+    from r2s2r.demo import run
+    return run(args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="r2s2r", description="Real-to-sim-to-real engine for robot manipulation")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    robots = sub.add_parser("robots", help="the robot registry").add_subparsers(dest="action", required=True)
+    robots.add_parser("list", help="print the registered robots").set_defaults(func=_robots_list)
+    export = robots.add_parser("export", help="write a robot's model")
+    export.add_argument("robot")
+    export.add_argument("--format", choices=("mjcf", "urdf"), default="mjcf")
+    export.add_argument("--out", required=True)
+    export.set_defaults(func=_robots_export)
+
+    up = sub.add_parser("up", help="start a stack's nodes (config/stacks/<name>.yaml)")
+    up.add_argument("stack")
+    up.add_argument("-p", "--param", action="append", metavar="NAME:=VALUE",
+                    help="set a parameter on every node of the stack")
+    up.set_defaults(func=_up)
+
+    demo = sub.add_parser("demo", help="the end-to-end demo (`make demo`)")
+    demo.add_argument("--out", default="demo_output", help="folder for the demo's images and reports")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, KeyError, ValueError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"r2s2r: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,11 @@
+"""The interface contract: names, frames and value types shared by sim and real.
+
+Importing this package does not import rclpy: cores use the names and value types without a
+ROS graph. The ROS-side pieces live in `contract.qos` and `contract.convert`, which only
+`nodes/` import.
+"""
+
+from r2s2r.contract.names import Topics, Services
+from r2s2r.contract.types import CameraFrame, JointCommand, JointSample, CommandError
+
+__all__ = ["Topics", "Services", "CameraFrame", "JointCommand", "JointSample", "CommandError"]

@@ -1,0 +1,181 @@
+"""Message <-> numpy conversions for the interface's message types. ROS side: nodes only."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+from builtin_interfaces.msg import Duration, Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Pose, PoseArray
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory
+
+from r2s2r.contract.types import CameraFrame, CommandError, JointSample
+
+# Level names of diagnostic_msgs/DiagnosticStatus, as bytes the message takes.
+OK, WARN, ERROR, STALE = (bytes([v]) for v in (0, 1, 2, 3))
+
+
+def to_time(seconds: float) -> Time:
+    sec = math.floor(seconds)
+    return Time(sec=int(sec), nanosec=min(int(round((seconds - sec) * 1e9)), 999_999_999))
+
+
+def from_time(stamp: Time | Duration) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def joint_state_msg(sample: JointSample) -> JointState:
+    msg = JointState()
+    msg.header.stamp = to_time(sample.stamp)
+    msg.name = list(sample.names)
+    msg.position = sample.position.tolist()
+    msg.velocity = sample.velocity.tolist()
+    msg.effort = sample.effort.tolist()
+    return msg
+
+
+def joint_sample(msg: JointState) -> JointSample:
+    n = len(msg.name)
+    def field(values):
+        return np.asarray(values, dtype=float) if len(values) == n else np.full(n, np.nan)
+    return JointSample(from_time(msg.header.stamp), tuple(msg.name), field(msg.position),
+                       field(msg.velocity), field(msg.effort))
+
+
+def float_array_msg(values: Sequence[float], label: str = "") -> Float64MultiArray:
+    msg = Float64MultiArray()
+    values = [float(v) for v in values]
+    msg.layout.dim = [MultiArrayDimension(label=label, size=len(values), stride=len(values))]
+    msg.data = values
+    return msg
+
+
+def float_array(msg: Float64MultiArray) -> np.ndarray:
+    return np.asarray(msg.data, dtype=float)
+
+
+def trajectory_msg(names: Sequence[str], times: Sequence[float], positions,
+                   velocities=None, accelerations=None, stamp: float = 0.0) -> JointTrajectory:
+    from trajectory_msgs.msg import JointTrajectoryPoint
+    msg = JointTrajectory()
+    msg.header.stamp = to_time(stamp)
+    msg.joint_names = list(names)
+    for i, t in enumerate(times):
+        point = JointTrajectoryPoint()
+        point.positions = [float(v) for v in positions[i]]
+        if velocities is not None:
+            point.velocities = [float(v) for v in velocities[i]]
+        if accelerations is not None:
+            point.accelerations = [float(v) for v in accelerations[i]]
+        point.time_from_start = Duration(sec=int(math.floor(t)), nanosec=int(round((t - math.floor(t)) * 1e9)))
+        msg.points.append(point)
+    return msg
+
+
+def trajectory_arrays(msg: JointTrajectory):
+    """(names, stamp, times, positions, velocities | None, accelerations | None).
+
+    Raises CommandError for points whose fields have inconsistent lengths; value checks
+    (finite, within limits) belong to the command path that knows the robot.
+    """
+    names = tuple(msg.joint_names)
+    n = len(names)
+    if not msg.points:
+        raise CommandError("trajectory has no points; expected at least one JointTrajectoryPoint")
+    times, positions, velocities, accelerations = [], [], [], []
+    for i, point in enumerate(msg.points):
+        if len(point.positions) != n:
+            raise CommandError(f"trajectory point {i} has {len(point.positions)} positions, "
+                               f"expected {n} (one per joint name)")
+        for label, values, sink in (("velocities", point.velocities, velocities),
+                                    ("accelerations", point.accelerations, accelerations)):
+            if len(values) not in (0, n):
+                raise CommandError(f"trajectory point {i} has {len(values)} {label}, expected 0 or {n}")
+            sink.append(list(values) if len(values) == n else None)
+        times.append(from_time(point.time_from_start))
+        positions.append(list(point.positions))
+    def stack(rows):
+        return np.asarray(rows, dtype=float) if all(r is not None for r in rows) else None
+    return (names, from_time(msg.header.stamp), np.asarray(times), np.asarray(positions, dtype=float),
+            stack(velocities), stack(accelerations))
+
+
+_ENCODINGS = {"rgb8": (np.uint8, 3), "bgr8": (np.uint8, 3), "mono8": (np.uint8, 1),
+              "16UC1": (np.uint16, 1), "32FC1": (np.float32, 1)}
+
+
+def image_msg(image: np.ndarray, encoding: str, stamp: float, frame_id: str) -> Image:
+    dtype, channels = _ENCODINGS[encoding]
+    image = np.ascontiguousarray(image, dtype=dtype)
+    msg = Image()
+    msg.header.stamp = to_time(stamp)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = int(image.shape[0]), int(image.shape[1])
+    msg.encoding = encoding
+    msg.is_bigendian = 0
+    msg.step = msg.width * channels * image.dtype.itemsize
+    msg.data = image.tobytes()
+    return msg
+
+
+def image_array(msg: Image) -> np.ndarray:
+    if msg.encoding not in _ENCODINGS:
+        raise ValueError(f"image encoding {msg.encoding!r} is not one of {', '.join(_ENCODINGS)}")
+    dtype, channels = _ENCODINGS[msg.encoding]
+    row = np.frombuffer(bytes(msg.data), dtype=dtype).reshape(msg.height, -1)
+    row = row[:, : msg.width * channels]
+    return row.reshape(msg.height, msg.width, channels) if channels > 1 else row.reshape(msg.height, msg.width)
+
+
+def camera_frame(msg: Image, camera: str) -> CameraFrame:
+    return CameraFrame(camera, from_time(msg.header.stamp), image_array(msg), msg.encoding, msg.header.frame_id)
+
+
+def camera_info_msg(width: int, height: int, fx: float, fy: float, cx: float, cy: float,
+                    stamp: float, frame_id: str, distortion: Sequence[float] = (0, 0, 0, 0, 0),
+                    model: str = "plumb_bob") -> CameraInfo:
+    msg = CameraInfo()
+    msg.header.stamp = to_time(stamp)
+    msg.header.frame_id = frame_id
+    msg.width, msg.height = int(width), int(height)
+    msg.distortion_model = model
+    msg.d = [float(v) for v in distortion]
+    msg.k = [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]
+    msg.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    msg.p = [fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+    return msg
+
+
+def pose_array_msg(poses: Sequence[tuple[np.ndarray, np.ndarray]], stamp: float, frame_id: str) -> PoseArray:
+    """Poses as (position xyz, quaternion wxyz as MuJoCo gives it)."""
+    msg = PoseArray()
+    msg.header.stamp = to_time(stamp)
+    msg.header.frame_id = frame_id
+    for pos, quat in poses:
+        pose = Pose()
+        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in pos)
+        pose.orientation.w, pose.orientation.x, pose.orientation.y, pose.orientation.z = (float(v) for v in quat)
+        msg.poses.append(pose)
+    return msg
+
+
+def diagnostic_status(name: str, hardware_id: str, level: bytes, message: str,
+                      values: dict[str, object]) -> DiagnosticStatus:
+    status = DiagnosticStatus()
+    status.name = name
+    status.hardware_id = hardware_id
+    status.level = level
+    status.message = message
+    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+    return status
+
+
+def diagnostic_array(statuses: Sequence[DiagnosticStatus], stamp: float) -> DiagnosticArray:
+    msg = DiagnosticArray()
+    msg.header.stamp = to_time(stamp)
+    msg.status = list(statuses)
+    return msg

@@ -1,0 +1,49 @@
+"""Topic and service names of the identical interface (ros2_control conventions).
+
+Every topic string in r2s2r is written here once. Names are relative so a namespace keeps two
+robots apart; `~/` names are private to the node that serves them.
+"""
+
+from __future__ import annotations
+
+
+class Topics:
+    JOINT_STATES = "joint_states"
+    DIAGNOSTICS = "diagnostics"
+    ESTOP = "estop"
+    CLOCK = "/clock"  # ROS time is global, whatever the namespace
+    OBJECT_POSES = "twin/object_poses"
+    CONTACTS = "twin/contacts"
+
+    @staticmethod
+    def joint_trajectory(group: str) -> str:
+        """joint_trajectory_controller's input for one joint group."""
+        return f"{group}_controller/joint_trajectory"
+
+    @staticmethod
+    def position_commands(group: str) -> str:
+        """forward_command_controller (position) input for one joint group."""
+        return f"{group}_position_controller/commands"
+
+    @staticmethod
+    def gripper_commands(gripper: str) -> str:
+        """Gripper opening in metres, one value."""
+        return f"{gripper}_controller/commands"
+
+    @staticmethod
+    def camera_image(camera: str) -> str:
+        return f"cameras/{camera}/image_raw"
+
+    @staticmethod
+    def camera_info(camera: str) -> str:
+        return f"cameras/{camera}/camera_info"
+
+    @staticmethod
+    def camera_depth(camera: str) -> str:
+        return f"cameras/{camera}/depth/image_raw"
+
+
+class Services:
+    RESET = "~/reset"
+    HOME = "~/home"
+    ENABLE = "~/enable"

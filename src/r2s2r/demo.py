@@ -1,0 +1,89 @@
+"""`r2s2r demo`: bring up the Franka twin stack, drive it over DDS from this process, check the
+arm arrived, save a camera frame, and shut the stack down cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ARRIVAL_TOLERANCE_RAD = 1e-3
+STACK = "config/stacks/franka_sim.yaml"
+
+
+def _say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def run(out_dir: str = "demo_output") -> int:
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # keep the demo off the LAN
+    from r2s2r import paths
+    from r2s2r.nodes.client import RobotClient
+    from r2s2r.robots import get_robot
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stack_file = paths.resolve(STACK)
+    _say(f"starting `r2s2r up {STACK}` (ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')})")
+    stack = subprocess.Popen([sys.executable, "-u", "-m", "r2s2r.cli", "up", str(stack_file)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    threading.Thread(target=lambda: [print(line, end="", flush=True) for line in stack.stdout], daemon=True).start()
+    client = None
+    ok = False
+    try:
+        robot = get_robot("franka_fr3")
+        arm = robot.group("arm")
+        client = RobotClient("r2s2r_demo", cameras=("scene",))
+        start = client.wait_for_joint_states(timeout=60.0)
+        _say(f"joint_states from the twin: {len(start.names)} joints at t={start.stamp:.3f} s")
+        if not client.wait_for_subscriber("arm_controller/joint_trajectory", _trajectory_type(), timeout=30.0):
+            raise TimeoutError("the driver never subscribed to arm_controller/joint_trajectory")
+        home = np.array([robot.home[j] for j in arm.joints])
+        reach = home + np.array([0.5, 0.35, -0.3, 0.45, 0.2, -0.3, -0.4])
+        goal = home + np.array([-0.4, 0.2, 0.25, 0.3, -0.2, 0.2, 0.6])
+        _say("sending a 3 s joint trajectory (two waypoints) on arm_controller/joint_trajectory")
+        client.send_trajectory("arm", arm.joints, [1.5, 3.0], [reach, goal])
+        client.send_gripper("gripper", 0.02)
+        arrived = client.wait_until_at(arm.joints, goal, ARRIVAL_TOLERANCE_RAD, timeout=20.0)
+        error = np.max(np.abs(client.positions(arm.joints) - goal))
+        _say(f"arm {'arrived' if arrived else 'did NOT arrive'}: max joint error {error * 1e3:.3f} mrad "
+             f"(tolerance {ARRIVAL_TOLERANCE_RAD * 1e3:.1f} mrad)")
+        if not client.wait_for(lambda: client.image("scene") is not None, 20.0):
+            raise TimeoutError("no image on cameras/scene/image_raw")
+        image = client.image("scene")
+        import cv2
+        png = out / "franka_scene.png"
+        cv2.imwrite(str(png), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+        _say(f"saved {png} ({image.shape[1]}x{image.shape[0]})")
+        ok = arrived
+    except Exception as exc:
+        _say(f"failed: {type(exc).__name__}: {exc}")
+    finally:
+        if client is not None:
+            client.close()
+        t0 = time.monotonic()
+        stack.send_signal(signal.SIGINT)
+        try:
+            code = stack.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            os.killpg(stack.pid, signal.SIGKILL)
+            code = stack.wait()
+            ok = False
+        _say(f"stack stopped in {time.monotonic() - t0:.2f} s (exit code {code})")
+    _say("demo passed" if ok else "demo FAILED")
+    return 0 if ok else 1
+
+
+def _trajectory_type():
+    from trajectory_msgs.msg import JointTrajectory
+    return JointTrajectory
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(*sys.argv[1:2]))

@@ -1,0 +1,171 @@
+"""The command side of the identical interface, without ROS: what ros2_control's
+forward_command_controller and joint_trajectory_controller do, per joint group.
+
+The driver node feeds it messages (already turned into numpy by the contract); every
+cycle `update()` turns the latest accepted commands into one setpoint per joint, passed
+through the motion limiter. A rejected command raises CommandError and changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from r2s2r.contract.types import CommandError
+from r2s2r.hardware.motion import MotionLimiter
+from r2s2r.hardware.trajectory import TrajectorySampler
+from r2s2r.hardware.validation import (check_finite, check_length, check_within, order_by_names)
+from r2s2r.robots import RobotSpec
+
+
+@dataclass
+class _Group:
+    name: str
+    joints: tuple[str, ...]
+    index: np.ndarray  # positions of the group's joints in the robot's joint_names
+    target: np.ndarray
+    trajectory: TrajectorySampler | None = None
+
+
+@dataclass
+class CommandStats:
+    accepted: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)
+    last_error: str = ""
+    last_error_time: float = float("nan")
+
+
+class JointController:
+    def __init__(self, robot: RobotSpec, position: np.ndarray):
+        self.robot = robot
+        limits = robot.limits
+        self.lower, self.upper = limits.lower, limits.upper
+        self.limiter = MotionLimiter(limits.velocity, limits.acceleration, position)
+        names = robot.joint_names
+        self.groups: dict[str, _Group] = {}
+        for g in robot.groups:
+            index = np.array([names.index(j) for j in g.joints])
+            self.groups[g.name] = _Group(g.name, g.joints, index, np.array(position, float)[index])
+        self.grippers = {g.name: g for g in robot.grippers}
+        self.gripper_targets = {g.name: (g.opening_range[1] if g.home_opening is None else g.home_opening)
+                                for g in robot.grippers}
+        self.stats = CommandStats()
+        self._lock = threading.Lock()  # commands arrive on executor threads, updates on the loop
+
+    # -- commands -------------------------------------------------------------------------------
+    def _reject(self, kind: str, error: CommandError, now: float) -> None:
+        self.stats.rejected[kind] += 1
+        self.stats.last_error = str(error)
+        self.stats.last_error_time = now
+
+    def command_positions(self, group: str, values, now: float = 0.0) -> None:
+        """Streaming targets for one group, in the group's joint order (forward_command_controller)."""
+        kind = f"{group}_position"
+        try:
+            g = self._group(group)
+            values = np.asarray(values, dtype=float).ravel()
+            label = f"{group}_position_controller/commands"
+            check_length(label, values, g.joints)
+            check_finite(label, values)
+            check_within(label, values, self.lower[g.index], self.upper[g.index], g.joints)
+        except CommandError as error:
+            self._reject(kind, error, now)
+            raise
+        with self._lock:
+            g.trajectory = None  # a streaming target replaces a running trajectory, as in ros2_control
+            g.target = values.copy()
+        self.stats.accepted[kind] += 1
+
+    def command_trajectory(self, group: str, names, stamp: float, times, positions, velocities,
+                           accelerations, now: float) -> None:
+        """A joint_trajectory_controller goal; `stamp` 0 means start now."""
+        kind = f"{group}_trajectory"
+        label = f"{group}_controller/joint_trajectory"
+        try:
+            g = self._group(group)
+            order = order_by_names(label, names, g.joints)
+            positions = np.asarray(positions, float)[:, order]
+            velocities = None if velocities is None else np.asarray(velocities, float)[:, order]
+            accelerations = None if accelerations is None else np.asarray(accelerations, float)[:, order]
+            for field_name, values in (("positions", positions), ("velocities", velocities),
+                                       ("accelerations", accelerations)):
+                if values is not None:
+                    check_finite(f"{label} {field_name}", values)
+            times = np.asarray(times, float)
+            check_finite(f"{label} time_from_start", times)
+            for i, row in enumerate(positions):
+                check_within(f"{label} point {i}", row, self.lower[g.index], self.upper[g.index], g.joints)
+            with self._lock:
+                current = self.limiter.position[g.index].copy()
+                current_velocity = self.limiter.velocity[g.index].copy()
+            try:
+                sampler = TrajectorySampler(stamp if stamp > 0 else now, times, positions, velocities,
+                                            accelerations, current, current_velocity)
+            except ValueError as exc:
+                raise CommandError(f"{label}: {exc}") from None
+        except CommandError as error:
+            self._reject(kind, error, now)
+            raise
+        with self._lock:
+            g.trajectory = sampler
+            g.target = sampler.final_positions.copy()
+        self.stats.accepted[kind] += 1
+
+    def command_gripper(self, gripper: str, values, now: float = 0.0) -> None:
+        label = f"{gripper}_controller/commands"
+        try:
+            if gripper not in self.grippers:
+                raise CommandError(f"{label}: robot {self.robot.name} has no gripper {gripper!r}")
+            values = np.asarray(values, dtype=float).ravel()
+            if values.shape != (1,):
+                raise CommandError(f"{label}: got {values.size} values, expected 1 (the opening in metres)")
+            check_finite(label, values)
+            lo, hi = self.grippers[gripper].opening_range
+            check_within(label, values, np.array([lo]), np.array([hi]), (gripper,), unit="m")
+        except CommandError as error:
+            self._reject(gripper, error, now)
+            raise
+        with self._lock:
+            self.gripper_targets[gripper] = float(values[0])
+        self.stats.accepted[gripper] += 1
+
+    def _group(self, group: str) -> _Group:
+        if group not in self.groups:
+            raise CommandError(f"robot {self.robot.name} has no joint group {group!r}; "
+                               f"groups: {', '.join(self.groups)}")
+        return self.groups[group]
+
+    # -- the control cycle -------------------------------------------------------------------------
+    def hold(self, position: np.ndarray | None = None) -> None:
+        """Stop: drop trajectories and hold `position` (default: the current setpoint)."""
+        with self._lock:
+            if position is not None:
+                self.limiter.reset(position)
+            for g in self.groups.values():
+                g.trajectory = None
+                g.target = self.limiter.position[g.index].copy()
+
+    def update(self, now: float, dt: float) -> np.ndarray:
+        """Setpoints of every joint (robot joint order) for the cycle that starts at `now`."""
+        with self._lock:
+            target = np.empty_like(self.limiter.position)
+            target_velocity = np.zeros_like(target)
+            for g in self.groups.values():
+                if g.trajectory is not None:
+                    pos, vel = g.trajectory.sample(now + dt)
+                    target[g.index], target_velocity[g.index] = pos, vel
+                    if g.trajectory.done(now + dt):
+                        g.trajectory = None
+                else:
+                    target[g.index] = g.target
+            return self.limiter.step(target, dt, target_velocity).copy()
+
+    def gripper_openings(self) -> np.ndarray:
+        with self._lock:
+            return np.array([self.gripper_targets[g] for g in self.grippers])
+
+    def active_trajectories(self) -> list[str]:
+        return [g.name for g in self.groups.values() if g.trajectory is not None]

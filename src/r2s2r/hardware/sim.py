@@ -1,0 +1,52 @@
+"""SimHardware: the MuJoCo twin behind the Hardware interface."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from r2s2r.contract.types import JointCommand, JointSample
+from r2s2r.hardware.base import Hardware, Lifecycle
+from r2s2r.sim.scene import Scene
+from r2s2r.sim.twin import Twin
+
+
+class SimHardware(Hardware):
+    backend = "sim"
+
+    def __init__(self, scene: Scene, seed: int | None = None):
+        from r2s2r.robots import get_robot
+        super().__init__(get_robot(scene.robot))
+        self.scene = scene
+        self.seed = seed
+        self.twin: Twin | None = None
+
+    def connect(self) -> None:
+        self.twin = Twin(self.scene, seed=self.seed)
+        self.state = Lifecycle.INACTIVE
+
+    def read(self) -> JointSample:
+        return self.twin.joint_sample()
+
+    def write(self, command: JointCommand, gripper_openings) -> None:
+        self.twin.set_arm_targets(command.position)
+        if len(gripper_openings):
+            self.twin.set_gripper_openings(np.asarray(gripper_openings, float))
+
+    def advance(self, steps: int = 1) -> None:
+        """Step the physics; only the twin has a clock we drive."""
+        self.twin.step(steps)
+
+    @property
+    def now(self) -> float:
+        return self.twin.time
+
+    @property
+    def timestep(self) -> float:
+        return self.twin.timestep
+
+    def reset(self) -> None:
+        self.twin.reset()
+
+    def disconnect(self) -> None:
+        self.twin = None
+        self.state = Lifecycle.FINALIZED

@@ -1,0 +1,49 @@
+"""Checks every command passes before it can move anything.
+
+A rejected command raises CommandError with a message that says what is wrong and what was
+expected; the caller keeps its previous targets, so the robot holds still.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from r2s2r.contract.types import CommandError
+
+
+def check_finite(label: str, values: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise CommandError(f"{label}: values at index {bad.tolist()} are {values[bad].tolist()}; "
+                           "expected finite numbers (no NaN or Inf)")
+
+
+def check_length(label: str, values: Sequence[float], expected: Sequence[str]) -> None:
+    if len(values) != len(expected):
+        raise CommandError(f"{label}: got {len(values)} values, expected {len(expected)} "
+                           f"(one per joint: {', '.join(expected)})")
+
+
+def order_by_names(label: str, names: Sequence[str], expected: Sequence[str]) -> np.ndarray:
+    """Index array mapping `expected` order into `names` order; unknown or missing joints are errors."""
+    unknown = [n for n in names if n not in expected]
+    if unknown:
+        raise CommandError(f"{label}: unknown joint names {unknown}; expected the joints {', '.join(expected)}")
+    if len(set(names)) != len(names):
+        raise CommandError(f"{label}: joint names repeat: {list(names)}")
+    missing = [n for n in expected if n not in names]
+    if missing:
+        raise CommandError(f"{label}: joints {missing} are missing; expected all of {', '.join(expected)}")
+    position = {n: i for i, n in enumerate(names)}
+    return np.array([position[n] for n in expected])
+
+
+def check_within(label: str, values: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                 names: Sequence[str], unit: str = "rad", tolerance: float = 1e-9) -> None:
+    outside = np.flatnonzero((values < lower - tolerance) | (values > upper + tolerance))
+    if outside.size:
+        details = ", ".join(f"{names[i]}={values[i]:.4f} not in [{lower[i]:.4f}, {upper[i]:.4f}] {unit}"
+                            for i in outside)
+        raise CommandError(f"{label}: outside the joint limits: {details}")

@@ -1,0 +1,166 @@
+"""A client of the identical interface over DDS: what a policy node, the demo and the
+tests use to command any robot (twin or real) and read it back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, Float64MultiArray
+from std_srvs.srv import SetBool, Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from r2s2r.contract import JointSample, Topics
+from r2s2r.contract import convert, qos
+
+
+class RobotClient:
+    """Owns a node spinning on a background thread; all methods are safe to call from the caller's thread."""
+
+    def __init__(self, name: str = "r2s2r_client", namespace: str = "", driver: str = "driver",
+                 cameras: Sequence[str] = ()):
+        if not rclpy.ok():
+            rclpy.init()
+        self.node = Node(name, namespace=namespace)
+        self.driver = driver
+        self._lock = threading.Lock()
+        self._joints: JointSample | None = None
+        self._joint_count = 0
+        self._diagnostics: list[DiagnosticArray] = []
+        self._images: dict[str, Image] = {}
+        self._publishers: dict[str, object] = {}
+        self.node.create_subscription(JointState, Topics.JOINT_STATES, self._on_joints, qos.STATE)
+        self.node.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, self._on_diag, qos.DIAGNOSTICS)
+        for cam in cameras:
+            self.node.create_subscription(Image, Topics.camera_image(cam),
+                                          lambda msg, c=cam: self._on_image(c, msg), qos.SENSOR)
+        self._executor = SingleThreadedExecutor()
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._executor.spin, daemon=True)
+        self._thread.start()
+
+    # -- inputs -------------------------------------------------------------------------------
+    def _on_joints(self, msg):
+        with self._lock:
+            self._joints = convert.joint_sample(msg)
+            self._joint_count += 1
+
+    def _on_diag(self, msg):
+        with self._lock:
+            self._diagnostics.append(msg)
+            del self._diagnostics[:-200]
+
+    def _on_image(self, camera, msg):
+        with self._lock:
+            self._images[camera] = msg
+
+    @property
+    def joints(self) -> JointSample | None:
+        with self._lock:
+            return self._joints
+
+    @property
+    def joint_state_count(self) -> int:
+        with self._lock:
+            return self._joint_count
+
+    def diagnostics(self) -> list[DiagnosticArray]:
+        with self._lock:
+            return list(self._diagnostics)
+
+    def diagnostic_values(self) -> dict[str, str]:
+        """Key/values of the newest driver status."""
+        for msg in reversed(self.diagnostics()):
+            for status in msg.status:
+                return {kv.key: kv.value for kv in status.values} | {"message": status.message}
+        return {}
+
+    def image(self, camera: str) -> np.ndarray | None:
+        with self._lock:
+            msg = self._images.get(camera)
+        return None if msg is None else convert.image_array(msg)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, poll: float = 0.01) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(poll)
+        return predicate()
+
+    def wait_for_joint_states(self, timeout: float = 10.0) -> JointSample:
+        if not self.wait_for(lambda: self.joints is not None, timeout):
+            raise TimeoutError(f"no {Topics.JOINT_STATES} within {timeout} s: is the driver running "
+                               "on this ROS_DOMAIN_ID?")
+        return self.joints
+
+    def positions(self, names: Sequence[str]) -> np.ndarray:
+        return self.wait_for_joint_states().positions_of(names)
+
+    def wait_until_at(self, names: Sequence[str], target, tolerance: float, timeout: float) -> bool:
+        target = np.asarray(target, float)
+        return self.wait_for(lambda: self.joints is not None and
+                             np.max(np.abs(self.joints.positions_of(names) - target)) < tolerance, timeout)
+
+    # -- outputs ------------------------------------------------------------------------------
+    def _publisher(self, msg_type, topic, profile=qos.COMMAND):
+        if topic not in self._publishers:
+            self._publishers[topic] = self.node.create_publisher(msg_type, topic, profile)
+        return self._publishers[topic]
+
+    def wait_for_subscriber(self, topic: str, msg_type=Float64MultiArray, timeout: float = 10.0) -> bool:
+        pub = self._publisher(msg_type, topic, qos.LATCHED if topic == Topics.ESTOP else qos.COMMAND)
+        return self.wait_for(lambda: pub.get_subscription_count() > 0, timeout)
+
+    def send_positions(self, group: str, values: Sequence[float]) -> None:
+        topic = Topics.position_commands(group)
+        self._publisher(Float64MultiArray, topic).publish(convert.float_array_msg(values))
+
+    def send_gripper(self, gripper: str, opening: float | Sequence[float]) -> None:
+        values = [opening] if np.isscalar(opening) else list(opening)
+        self._publisher(Float64MultiArray, Topics.gripper_commands(gripper)).publish(convert.float_array_msg(values))
+
+    def send_trajectory(self, group: str, names, times, positions, velocities=None, accelerations=None,
+                        stamp: float = 0.0) -> None:
+        msg = convert.trajectory_msg(names, times, positions, velocities, accelerations, stamp)
+        self._publisher(JointTrajectory, Topics.joint_trajectory(group)).publish(msg)
+
+    def send_raw(self, topic: str, msg) -> None:
+        self._publisher(type(msg), topic).publish(msg)
+
+    def estop(self, engaged: bool = True) -> None:
+        self._publisher(Bool, Topics.ESTOP, qos.LATCHED).publish(Bool(data=engaged))
+
+    def _call(self, srv_type, name: str, request, timeout: float):
+        client = self.node.create_client(srv_type, f"{self.driver}/{name.removeprefix('~/')}")
+        try:
+            if not client.wait_for_service(timeout_sec=timeout):
+                raise TimeoutError(f"service {client.srv_name} not available within {timeout} s")
+            future = client.call_async(request)
+            if not self.wait_for(future.done, timeout):
+                raise TimeoutError(f"service {client.srv_name} did not answer within {timeout} s")
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def reset(self, timeout: float = 10.0) -> Trigger.Response:
+        return self._call(Trigger, "reset", Trigger.Request(), timeout)
+
+    def home(self, timeout: float = 10.0) -> Trigger.Response:
+        return self._call(Trigger, "home", Trigger.Request(), timeout)
+
+    def enable(self, on: bool = True, timeout: float = 10.0) -> SetBool.Response:
+        return self._call(SetBool, "enable", SetBool.Request(data=on), timeout)
+
+    def close(self) -> None:
+        self._executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        self._thread.join(timeout=2.0)

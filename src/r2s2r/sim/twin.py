@@ -1,0 +1,229 @@
+"""The MuJoCo twin: one compiled scene, stepped deterministically, rendered offscreen.
+
+A Twin owns its MjModel / MjData. It knows nothing of ROS: the driver node and the
+evaluation engine both use it through `hardware.SimHardware`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from r2s2r.contract.types import JointSample
+from r2s2r.robots import get_robot
+from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpos
+from r2s2r.sim.scene import ObjectSpec, Scene
+
+_GEOM = {"box": mujoco.mjtGeom.mjGEOM_BOX, "cylinder": mujoco.mjtGeom.mjGEOM_CYLINDER,
+         "sphere": mujoco.mjtGeom.mjGEOM_SPHERE, "capsule": mujoco.mjtGeom.mjGEOM_CAPSULE}
+_STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # everything mj_step reads: restore is exact
+
+
+def _geom_size(obj: ObjectSpec) -> list[float]:
+    if obj.shape == "box":
+        return [s / 2 for s in obj.size]
+    if obj.shape == "sphere":
+        return [obj.size[0], 0, 0]
+    return [obj.size[0], obj.size[1] / 2, 0]  # cylinder / capsule: radius, half-height
+
+
+@dataclass(frozen=True)
+class Contact:
+    body1: str
+    body2: str
+    geom1: str
+    geom2: str
+    pos: np.ndarray
+    normal: np.ndarray  # from body1 to body2
+    normal_force: float  # N
+    distance: float  # negative: penetration
+
+
+def build_scene_spec(scene: Scene) -> mujoco.MjSpec:
+    robot = get_robot(scene.robot)
+    spec = build_robot_spec(robot)
+    spec.option.timestep = scene.timestep
+    world = spec.worldbody
+    spec.visual.headlight.ambient = [0.25, 0.25, 0.25]
+    spec.add_texture(name="floor_tex", type=mujoco.mjtTexture.mjTEXTURE_2D,
+                     builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.3, 0.32, 0.35],
+                     rgb2=[0.25, 0.27, 0.3], width=256, height=256)
+    floor_mat = spec.add_material(name="floor_mat", texrepeat=[4, 4])
+    floor_mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "floor_tex"
+    floor_z = (scene.table.height - scene.table.size[2]) - 0.7 if scene.table else 0.0
+    floor_z = min(floor_z, 0.0) if scene.table else 0.0
+    world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[3, 3, 0.05], pos=[0, 0, floor_z],
+                   material="floor_mat")
+    if scene.table is not None:
+        t = scene.table
+        table = world.add_body(name="table", pos=[t.center[0], t.center[1], t.height - t.size[2] / 2])
+        table.add_geom(name="table_top", type=mujoco.mjtGeom.mjGEOM_BOX, size=[s / 2 for s in t.size],
+                       rgba=list(t.rgba), friction=[t.friction, 0.005, 0.0001])
+    for obj in scene.objects:
+        body = world.add_body(name=obj.name, pos=list(obj.pos), quat=list(obj.quat))
+        if not obj.fixed:
+            body.add_freejoint(name=f"{obj.name}_free")
+        body.add_geom(name=obj.name, type=_GEOM[obj.shape], size=_geom_size(obj), mass=obj.mass,
+                      rgba=list(obj.rgba), friction=[obj.friction, 0.005, 0.0001], condim=4)
+    for cam in scene.cameras:
+        parent = world if cam.parent is None else spec.body(cam.parent)
+        if parent is None:
+            raise ValueError(f"{scene.source}: camera {cam.name}: parent body {cam.parent!r} is not in the scene")
+        add_camera(parent, cam)
+    for light in scene.lights:
+        world.add_light(name=light.name, pos=list(light.pos), dir=list(light.dir), diffuse=list(light.diffuse),
+                        castshadow=light.castshadow)
+    cameras = scene.all_cameras()
+    width = max([640] + [c.width for c in cameras])
+    height = max([480] + [c.height for c in cameras])
+    spec.visual.global_.offwidth = width  # the offscreen buffer must hold the largest camera
+    spec.visual.global_.offheight = height
+    if not scene.robot_cameras:
+        for cam in robot.cameras:
+            existing = spec.camera(cam.name)
+            if existing is not None:
+                spec.delete(existing)
+    return spec
+
+
+class Twin:
+    """A compiled scene with the robot's arm joints, grippers and objects indexed by name."""
+
+    def __init__(self, scene: Scene, seed: int | None = None):
+        self.scene = scene
+        self.robot = get_robot(scene.robot)
+        self.spec = build_scene_spec(scene)
+        self.model = self.spec.compile()
+        self.data = mujoco.MjData(self.model)
+        self.seed = scene.seed if seed is None else seed
+        m = self.model
+        self.joint_names = self.robot.joint_names
+        self.gripper_names = tuple(g.name for g in self.robot.grippers)
+        self.state_joint_names = self.joint_names + self.robot.gripper_joint_names
+        joint_ids = [m.joint(n).id for n in self.state_joint_names]
+        self._qpos_idx = np.array([m.jnt_qposadr[j] for j in joint_ids])
+        self._qvel_idx = np.array([m.jnt_dofadr[j] for j in joint_ids])
+        self._arm_act = np.array([m.actuator(n).id for n in self.joint_names])
+        self._gripper_act = np.array([m.actuator(n).id for n in self.gripper_names], dtype=int)
+        self._gripper_tendon = np.array([m.tendon(f"{n}_opening").id for n in self.gripper_names], dtype=int)
+        self.object_names = tuple(o.name for o in scene.objects)
+        self._object_body = np.array([m.body(n).id for n in self.object_names], dtype=int)
+        self.camera_names = tuple(m.camera(i).name for i in range(m.ncam))
+        self._initial_qpos = home_qpos(self.robot, m)
+        self._initial_ctrl = home_ctrl(self.robot, m)
+        # Privileged state, refreshed after every step (views would alias MjData; copies are cheap).
+        n = len(self.state_joint_names)
+        self.position = np.zeros(n)
+        self.velocity = np.zeros(n)
+        self.effort = np.zeros(n)
+        self.object_pos = np.zeros((len(self.object_names), 3))
+        self.object_quat = np.zeros((len(self.object_names), 4))
+        self._act_force = np.zeros(n)
+        self._effort_src = np.concatenate([self._arm_act, np.full(n - len(self._arm_act), -1)])
+        self.reset()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        """Back to the scene's initial state: robot at home, objects where the scene puts them."""
+        if seed is not None:
+            self.seed = seed
+        self.rng = np.random.default_rng(self.seed)
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[:] = self._initial_qpos
+        self.data.ctrl[:] = self._initial_ctrl
+        mujoco.mj_forward(self.model, self.data)
+        self._extract()
+
+    def snapshot(self) -> np.ndarray:
+        """The full integration state (time, qpos, qvel, act, ctrl, warm start, ...)."""
+        size = mujoco.mj_stateSize(self.model, _STATE)
+        state = np.empty(size)
+        mujoco.mj_getState(self.model, self.data, state, _STATE)
+        return state
+
+    def restore(self, state: np.ndarray) -> None:
+        mujoco.mj_setState(self.model, self.data, np.asarray(state, dtype=float), _STATE)
+        mujoco.mj_forward(self.model, self.data)
+        self._extract()
+
+    # -- stepping --------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        return float(self.data.time)
+
+    @property
+    def timestep(self) -> float:
+        return float(self.model.opt.timestep)
+
+    def set_arm_targets(self, positions: np.ndarray) -> None:
+        """Position targets of every arm joint, in `joint_names` order."""
+        self.data.ctrl[self._arm_act] = positions
+
+    def set_gripper_openings(self, openings: np.ndarray) -> None:
+        self.data.ctrl[self._gripper_act] = openings
+
+    def step(self, n: int = 1) -> None:
+        for _ in range(n):
+            mujoco.mj_step(self.model, self.data)
+        self._extract()
+
+    def _extract(self) -> None:
+        d = self.data
+        np.take(d.qpos, self._qpos_idx, out=self.position)
+        np.take(d.qvel, self._qvel_idx, out=self.velocity)
+        self.effort[: len(self._arm_act)] = d.actuator_force[self._arm_act]
+        if len(self._object_body):
+            np.take(d.xpos, self._object_body, axis=0, out=self.object_pos)
+            np.take(d.xquat, self._object_body, axis=0, out=self.object_quat)
+
+    # -- privileged state --------------------------------------------------------------------
+    def joint_sample(self) -> JointSample:
+        return JointSample(self.time, self.state_joint_names, self.position, self.velocity, self.effort)
+
+    @property
+    def arm_positions(self) -> np.ndarray:
+        return self.position[: len(self.joint_names)]
+
+    @property
+    def arm_velocities(self) -> np.ndarray:
+        return self.velocity[: len(self.joint_names)]
+
+    @property
+    def gripper_openings(self) -> np.ndarray:
+        return self.data.ten_length[self._gripper_tendon].copy()
+
+    def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return {name: (self.object_pos[i].copy(), self.object_quat[i].copy())
+                for i, name in enumerate(self.object_names)}
+
+    def site_pose(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        site = self.data.site(name)
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, site.xmat)
+        return site.xpos.copy(), quat
+
+    def contacts(self) -> list[Contact]:
+        m, d = self.model, self.data
+        out = []
+        force = np.zeros(6)
+        for i in range(d.ncon):
+            c = d.contact[i]
+            mujoco.mj_contactForce(m, d, i, force)
+            out.append(Contact(body1=m.body(m.geom_bodyid[c.geom1]).name, body2=m.body(m.geom_bodyid[c.geom2]).name,
+                               geom1=m.geom(c.geom1).name, geom2=m.geom(c.geom2).name, pos=c.pos.copy(),
+                               normal=c.frame[:3].copy(), normal_force=float(force[0]), distance=float(c.dist)))
+        return out
+
+    # -- cameras ---------------------------------------------------------------------------
+    def camera_resolution(self, camera: str) -> tuple[int, int]:
+        width, height = self.model.cam_resolution[self.model.camera(camera).id]
+        return int(width), int(height)
+
+    def camera_intrinsics(self, camera: str) -> tuple[float, float, float, float]:
+        """(fx, fy, cx, cy) in pixels, as camera_info's K states them, for a fovy camera."""
+        cam = self.model.camera(camera).id
+        width, height = self.camera_resolution(camera)
+        fy = (height / 2) / np.tan(np.radians(self.model.cam_fovy[cam]) / 2)
+        return float(fy), float(fy), (width - 1) / 2, (height - 1) / 2

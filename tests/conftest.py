@@ -1,0 +1,51 @@
+"""Test-session set-up: offscreen GL, and a ROS domain of our own.
+
+Cross-process tests talk over real DDS. Each pytest session takes its own ROS_DOMAIN_ID and
+keeps discovery on localhost, so parallel runs on one machine never hear each other.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+if "R2S2R_TEST_DOMAIN" not in os.environ:
+    # 1..200: valid domain ids whose ports do not collide on one host.
+    os.environ["R2S2R_TEST_DOMAIN"] = str(1 + os.getpid() % 200)
+os.environ["ROS_DOMAIN_ID"] = os.environ["R2S2R_TEST_DOMAIN"]
+sys.path.insert(0, str(REPO))  # tests.emulators
+
+from tests.ros_helpers import StackProcess  # noqa: E402
+
+
+@pytest.fixture
+def stack_process():
+    """Start `r2s2r up STACK` as a subprocess; stopped (and checked to stop) after the test."""
+    started = []
+
+    def start(stack, *params):
+        proc = StackProcess(stack, params)
+        started.append(proc)
+        return proc
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def ros_client():
+    """A RobotClient on this session's ROS domain, closed after the test."""
+    from r2s2r.nodes.client import RobotClient
+    clients = []
+
+    def make(**kwargs):
+        client = RobotClient(name=f"test_client_{len(clients)}", **kwargs)
+        clients.append(client)
+        return client
+    yield make
+    for client in clients:
+        client.close()

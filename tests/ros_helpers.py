@@ -1,0 +1,61 @@
+"""Helpers for tests that run real processes on the session's ROS domain."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class StackProcess:
+    """`r2s2r up` in a subprocess, its output kept for assertions."""
+
+    def __init__(self, stack: str, params=()):
+        args = [sys.executable, "-u", "-m", "r2s2r.cli", "up", str(stack)]
+        for p in params:
+            args += ["-p", p]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, text: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in line for line in list(self.lines)):
+                return True
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        return any(text in line for line in list(self.lines))
+
+    def stop(self, sig=signal.SIGINT, timeout: float = 10.0) -> float:
+        """Signal the runner; returns how long it took to exit."""
+        start = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                raise AssertionError(f"stack did not stop within {timeout} s:\n{self.output}")
+        self._reader.join(timeout=2)
+        return time.monotonic() - start
