@@ -1,8 +1,14 @@
 """The Hardware interface every backend implements, sim and real alike.
 
-The lifecycle follows ros2_control's hardware components: unconfigured -> (configure)
-inactive -> (activate) active -> (deactivate) inactive; any failure -> error.
-Here `connect()` configures, `activate()`/`deactivate()` gate command output.
+The lifecycle follows ros2_control's hardware components:
+
+    unconfigured --connect()--> inactive --activate()--> active --deactivate()--> inactive
+    any state --(fault, link lost)--> error --connect()--> inactive ...
+    any state --disconnect()--> finalized
+
+`read()` and `write()` are called once per control cycle by `ControlLoop`; a backend must
+answer within its `link_timeout_s` or raise `LinkLost`, so the driver can report the fault
+within 100 ms and stop commanding.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import abc
 import enum
 import time
+from typing import Any, Mapping
+
+import numpy as np
 
 from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.robots import RobotSpec
@@ -24,48 +33,66 @@ class Lifecycle(enum.Enum):
 
 
 class HardwareError(RuntimeError):
-    """The backend cannot do what was asked (link lost, SDK missing, robot in fault)."""
+    """The backend cannot do what was asked (SDK missing, robot in fault, bad settings)."""
+
+
+class LinkLost(HardwareError):
+    """The robot stopped answering; the driver holds, reports and reconnects."""
 
 
 class Hardware(abc.ABC):
-    """One robot's joints and grippers. Positions in radians / metres, the robot's joint names."""
+    """One robot's joints and grippers. Positions in radians / metres, the robot's joint names.
+
+    `settings` are the backend's connection settings (IP, serial number, serial port, baud
+    rate ...), from config/robots/<robot>.yaml and driver parameters `<backend>.<key>`.
+    """
 
     backend: str = "abstract"
+    link_timeout_s: float = 0.05  # a read that takes longer than this is a lost link
 
-    def __init__(self, robot: RobotSpec):
+    def __init__(self, robot: RobotSpec, settings: Mapping[str, Any] | None = None):
         self.robot = robot
+        self.settings = dict(settings or {})
         self.state = Lifecycle.UNCONFIGURED
 
+    # -- the lifecycle ---------------------------------------------------------------------------
     @abc.abstractmethod
     def connect(self) -> None:
-        """Open the link to the robot (configure)."""
-
-    @abc.abstractmethod
-    def read(self) -> JointSample:
-        """The latest measured state of every joint the robot reports (arm joints, then fingers)."""
-
-    @abc.abstractmethod
-    def write(self, command: JointCommand, gripper_openings) -> None:
-        """Send position setpoints for `robot.joint_names` and gripper openings (metres)."""
-
-    @abc.abstractmethod
-    def reset(self) -> None:
-        """Sim: reset the scene. Real: move home."""
-
-    def home(self) -> None:
-        self.reset()
-
-    @abc.abstractmethod
-    def disconnect(self) -> None:
-        """Close the link (finalize)."""
+        """Open the link to the robot (configure); raise HardwareError or LinkLost with the reason."""
 
     def activate(self) -> None:
+        """Start accepting setpoints (servo / streaming mode on, brakes open)."""
         self.state = Lifecycle.ACTIVE
 
     def deactivate(self) -> None:
+        """Stop accepting setpoints; the robot holds where it is."""
         self.state = Lifecycle.INACTIVE
+
+    @abc.abstractmethod
+    def disconnect(self) -> None:
+        """Close the link (finalize). Safe to call in any state, more than once."""
+
+    # -- the control cycle -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read(self) -> JointSample:
+        """The latest measured state: arm joints in `robot.joint_names` order, then finger joints."""
+
+    @abc.abstractmethod
+    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
+        """Position setpoints for `robot.joint_names` and gripper openings (metres), already safe."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Sim: reset the scene. Real: move home (the driver streams the motion)."""
+
+    def home(self) -> None:
+        self.reset()
 
     @property
     def now(self) -> float:
         """Seconds on the robot's clock; real backends use the host's monotonic clock."""
         return time.monotonic()
+
+    def describe(self) -> dict[str, Any]:
+        """Backend facts for diagnostics (firmware, serial number, mode, ...)."""
+        return {"backend": self.backend, "state": self.state.value}

@@ -41,7 +41,21 @@ class Contact:
     distance: float  # negative: penetration
 
 
-def build_scene_spec(scene: Scene) -> mujoco.MjSpec:
+def _add_privileged_sensors(spec: mujoco.MjSpec, robot, objects) -> None:
+    """Joint state, actuator effort and object poses as MuJoCo sensors: mj_step extracts them in C
+    every step, in this order, into contiguous blocks of sensordata."""
+    state_joints = robot.joint_names + robot.gripper_joint_names
+    for kind in (mujoco.mjtSensor.mjSENS_JOINTPOS, mujoco.mjtSensor.mjSENS_JOINTVEL):
+        for joint in state_joints:
+            spec.add_sensor(type=kind, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname=joint)
+    for joint in robot.joint_names:
+        spec.add_sensor(type=mujoco.mjtSensor.mjSENS_ACTUATORFRC, objtype=mujoco.mjtObj.mjOBJ_ACTUATOR, objname=joint)
+    for kind in (mujoco.mjtSensor.mjSENS_FRAMEPOS, mujoco.mjtSensor.mjSENS_FRAMEQUAT):
+        for obj in objects:
+            spec.add_sensor(type=kind, objtype=mujoco.mjtObj.mjOBJ_BODY, objname=obj.name)
+
+
+def build_scene_spec(scene: Scene, privileged_sensors: bool = True) -> mujoco.MjSpec:
     robot = get_robot(scene.robot)
     spec = build_robot_spec(robot)
     spec.option.timestep = scene.timestep
@@ -71,6 +85,9 @@ def build_scene_spec(scene: Scene) -> mujoco.MjSpec:
         parent = world if cam.parent is None else spec.body(cam.parent)
         if parent is None:
             raise ValueError(f"{scene.source}: camera {cam.name}: parent body {cam.parent!r} is not in the scene")
+        robot_camera = spec.camera(cam.name)
+        if robot_camera is not None:  # the scene overrides the robot's camera of this name
+            spec.delete(robot_camera)
         add_camera(parent, cam)
     for light in scene.lights:
         world.add_light(name=light.name, pos=list(light.pos), dir=list(light.dir), diffuse=list(light.diffuse),
@@ -81,20 +98,25 @@ def build_scene_spec(scene: Scene) -> mujoco.MjSpec:
     spec.visual.global_.offwidth = width  # the offscreen buffer must hold the largest camera
     spec.visual.global_.offheight = height
     if not scene.robot_cameras:
+        overridden = {c.name for c in scene.cameras}
         for cam in robot.cameras:
-            existing = spec.camera(cam.name)
+            existing = spec.camera(cam.name) if cam.name not in overridden else None
             if existing is not None:
                 spec.delete(existing)
+    if privileged_sensors:
+        _add_privileged_sensors(spec, robot, scene.objects)
     return spec
 
 
 class Twin:
     """A compiled scene with the robot's arm joints, grippers and objects indexed by name."""
 
-    def __init__(self, scene: Scene, seed: int | None = None):
+    def __init__(self, scene: Scene, seed: int | None = None, spec: mujoco.MjSpec | None = None):
+        """`spec`: build_scene_spec(scene) with the caller's additions (a calibration board, a
+        fixture) made before compiling; by default the scene's spec as it is."""
         self.scene = scene
         self.robot = get_robot(scene.robot)
-        self.spec = build_scene_spec(scene)
+        self.spec = build_scene_spec(scene) if spec is None else spec
         self.model = self.spec.compile()
         self.data = mujoco.MjData(self.model)
         self.seed = scene.seed if seed is None else seed
@@ -102,26 +124,26 @@ class Twin:
         self.joint_names = self.robot.joint_names
         self.gripper_names = tuple(g.name for g in self.robot.grippers)
         self.state_joint_names = self.joint_names + self.robot.gripper_joint_names
-        joint_ids = [m.joint(n).id for n in self.state_joint_names]
-        self._qpos_idx = np.array([m.jnt_qposadr[j] for j in joint_ids])
-        self._qvel_idx = np.array([m.jnt_dofadr[j] for j in joint_ids])
         self._arm_act = np.array([m.actuator(n).id for n in self.joint_names])
         self._gripper_act = np.array([m.actuator(n).id for n in self.gripper_names], dtype=int)
         self._gripper_tendon = np.array([m.tendon(f"{n}_opening").id for n in self.gripper_names], dtype=int)
         self.object_names = tuple(o.name for o in scene.objects)
-        self._object_body = np.array([m.body(n).id for n in self.object_names], dtype=int)
         self.camera_names = tuple(m.camera(i).name for i in range(m.ncam))
         self._initial_qpos = home_qpos(self.robot, m)
         self._initial_ctrl = home_ctrl(self.robot, m)
-        # Privileged state, refreshed after every step (views would alias MjData; copies are cheap).
-        n = len(self.state_joint_names)
-        self.position = np.zeros(n)
-        self.velocity = np.zeros(n)
-        self.effort = np.zeros(n)
-        self.object_pos = np.zeros((len(self.object_names), 3))
-        self.object_quat = np.zeros((len(self.object_names), 4))
-        self._act_force = np.zeros(n)
-        self._effort_src = np.concatenate([self._arm_act, np.full(n - len(self._arm_act), -1)])
+        # Views into sensordata, filled by mj_step itself (see _add_privileged_sensors).
+        n, k, a = len(self.state_joint_names), len(self.object_names), len(self.joint_names)
+        blocks = np.cumsum([0, n, n, a, 3 * k, 4 * k])
+        sd = self.data.sensordata
+        self.position = sd[blocks[0]:blocks[1]]
+        self.velocity = sd[blocks[1]:blocks[2]]
+        self._arm_effort = sd[blocks[2]:blocks[3]]
+        self.object_pos = sd[blocks[3]:blocks[4]].reshape(k, 3)
+        self.object_quat = sd[blocks[4]:blocks[5]].reshape(k, 4)
+        self._gripper_effort = np.zeros(n - a)
+        # Sensors are evaluated before mj_step integrates: after a step they describe the state
+        # one timestep earlier. This is that state's time.
+        self._sensor_time = 0.0
         self.reset()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -134,7 +156,7 @@ class Twin:
         self.data.qpos[:] = self._initial_qpos
         self.data.ctrl[:] = self._initial_ctrl
         mujoco.mj_forward(self.model, self.data)
-        self._extract()
+        self._sensor_time = self.data.time
 
     def snapshot(self) -> np.ndarray:
         """The full integration state (time, qpos, qvel, act, ctrl, warm start, ...)."""
@@ -146,7 +168,7 @@ class Twin:
     def restore(self, state: np.ndarray) -> None:
         mujoco.mj_setState(self.model, self.data, np.asarray(state, dtype=float), _STATE)
         mujoco.mj_forward(self.model, self.data)
-        self._extract()
+        self._sensor_time = self.data.time
 
     # -- stepping --------------------------------------------------------------------------
     @property
@@ -165,22 +187,16 @@ class Twin:
         self.data.ctrl[self._gripper_act] = openings
 
     def step(self, n: int = 1) -> None:
+        model, data = self.model, self.data
         for _ in range(n):
-            mujoco.mj_step(self.model, self.data)
-        self._extract()
-
-    def _extract(self) -> None:
-        d = self.data
-        np.take(d.qpos, self._qpos_idx, out=self.position)
-        np.take(d.qvel, self._qvel_idx, out=self.velocity)
-        self.effort[: len(self._arm_act)] = d.actuator_force[self._arm_act]
-        if len(self._object_body):
-            np.take(d.xpos, self._object_body, axis=0, out=self.object_pos)
-            np.take(d.xquat, self._object_body, axis=0, out=self.object_quat)
+            mujoco.mj_step(model, data)
+        self._sensor_time = data.time - model.opt.timestep
 
     # -- privileged state --------------------------------------------------------------------
     def joint_sample(self) -> JointSample:
-        return JointSample(self.time, self.state_joint_names, self.position, self.velocity, self.effort)
+        """Joint state as the sensors sampled it, stamped with the time they sampled it."""
+        effort = np.concatenate([self._arm_effort, self._gripper_effort])
+        return JointSample(self._sensor_time, self.state_joint_names, self.position, self.velocity, effort)
 
     @property
     def arm_positions(self) -> np.ndarray:
