@@ -28,19 +28,26 @@ class _Group:
     index: np.ndarray  # positions of the group's joints in the robot's joint_names
     target: np.ndarray
     trajectory: TrajectorySampler | None = None
+    last_command: float = float("-inf")  # when the last streaming target arrived
+    watched: bool = False  # a streaming target the watchdog may still have to stop
 
 
 @dataclass
 class CommandStats:
     accepted: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)
+    watchdog_stops: int = 0
     last_error: str = ""
     last_error_time: float = float("nan")
 
 
 class JointController:
-    def __init__(self, robot: RobotSpec, position: np.ndarray):
+    """`watchdog_s`: a streaming group whose last target is older than this brakes to a stop
+    within the limits and holds (0 disables; trajectories are exempt: they carry their own timing)."""
+
+    def __init__(self, robot: RobotSpec, position: np.ndarray, watchdog_s: float = 0.0):
         self.robot = robot
+        self.watchdog_s = watchdog_s
         limits = robot.limits
         self.lower, self.upper = limits.lower, limits.upper
         self.limiter = MotionLimiter(limits.velocity, limits.acceleration, position)
@@ -77,6 +84,8 @@ class JointController:
         with self._lock:
             g.trajectory = None  # a streaming target replaces a running trajectory, as in ros2_control
             g.target = values.copy()
+            g.last_command = now
+            g.watched = True
         self.stats.accepted[kind] += 1
 
     def command_trajectory(self, group: str, names, stamp: float, times, positions, velocities,
@@ -112,6 +121,7 @@ class JointController:
         with self._lock:
             g.trajectory = sampler
             g.target = sampler.final_positions.copy()
+            g.watched = False
         self.stats.accepted[kind] += 1
 
     def command_gripper(self, gripper: str, values, now: float = 0.0) -> None:
@@ -140,20 +150,41 @@ class JointController:
 
     # -- the control cycle -------------------------------------------------------------------------
     def hold(self, position: np.ndarray | None = None) -> None:
-        """Stop: drop trajectories and hold `position` (default: the current setpoint)."""
+        """Drop every command and hold `position` at rest (a measured position after a reset,
+        a reconnect or an estop release), or, without one, the current setpoint."""
         with self._lock:
             if position is not None:
                 self.limiter.reset(position)
             for g in self.groups.values():
                 g.trajectory = None
+                g.watched = False
                 g.target = self.limiter.position[g.index].copy()
+
+    def brake(self) -> None:
+        """Drop every command and stop as fast as the acceleration limits allow (estop, watchdog)."""
+        with self._lock:
+            stop = self._stopping_point()
+            for g in self.groups.values():
+                g.trajectory = None
+                g.watched = False
+                g.target = stop[g.index]
+
+    def _stopping_point(self) -> np.ndarray:
+        v, a = self.limiter.velocity, self.limiter.max_acceleration
+        return np.clip(self.limiter.position + v * np.abs(v) / (2 * a), self.lower, self.upper)
 
     def update(self, now: float, dt: float) -> np.ndarray:
         """Setpoints of every joint (robot joint order) for the cycle that starts at `now`."""
         with self._lock:
             target = np.empty_like(self.limiter.position)
             target_velocity = np.zeros_like(target)
+            stop = None
             for g in self.groups.values():
+                if g.watched and self.watchdog_s > 0 and now - g.last_command > self.watchdog_s:
+                    stop = self._stopping_point() if stop is None else stop
+                    g.target = stop[g.index]
+                    g.watched = False
+                    self.stats.watchdog_stops += 1
                 if g.trajectory is not None:
                     pos, vel = g.trajectory.sample(now + dt)
                     target[g.index], target_velocity[g.index] = pos, vel

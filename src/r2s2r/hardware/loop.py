@@ -1,19 +1,21 @@
 """One control cycle, the same in the driver node and in the in-process evaluation engine:
-read the hardware, turn the accepted commands into setpoints, write them, and (for the twin)
-advance the physics.
+read the hardware, turn the accepted commands into setpoints, pass them through the safety
+filter, write them, and (for the twin) advance the physics.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from r2s2r.contract.types import JointCommand
+from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware.base import Hardware
 from r2s2r.hardware.controller import JointController
+from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
 
 
 class ControlLoop:
-    def __init__(self, hardware: Hardware, control_rate_hz: float | None = None):
+    def __init__(self, hardware: Hardware, control_rate_hz: float | None = None,
+                 limits: SafetyLimits | None = None):
         self.hardware = hardware
         self.robot = hardware.robot
         self.rate_hz = control_rate_hz or self.robot.control_rate_hz
@@ -23,19 +25,25 @@ class ControlLoop:
             # The twin steps a whole number of physics steps per control cycle.
             self.steps_per_cycle = max(1, int(round(self.dt / hardware.timestep)))
             self.dt = self.steps_per_cycle * hardware.timestep
-        sample = hardware.read()
-        self.controller = JointController(self.robot, sample.positions_of(self.robot.joint_names))
-        self.enabled = True
+        self.limits = limits or SafetyLimits.of(self.robot)
+        self.last_sample: JointSample = hardware.read()
+        position = self.last_sample.positions_of(self.robot.joint_names)
+        self.controller = JointController(self.robot, position, watchdog_s=self.limits.watchdog_s)
+        self.safety = SafetyFilter(self.limits, self.dt, position)
         self.cycles = 0
 
     def hold_here(self) -> None:
-        """Hold the measured position (after a reset, an estop or a fault)."""
-        sample = self.hardware.read()
-        self.controller.hold(sample.positions_of(self.robot.joint_names))
+        """Drop every command and hold the measured position (reset, reconnect, enable)."""
+        self.last_sample = self.hardware.read()
+        position = self.last_sample.positions_of(self.robot.joint_names)
+        self.controller.hold(position)
+        self.safety.reset(position)
 
     def cycle(self) -> None:
         now = self.hardware.now
-        setpoints = self.controller.update(now, self.dt)
+        if not self.simulated:
+            self.last_sample = self.hardware.read()  # raises LinkLost when the robot is gone
+        setpoints = self.safety(self.controller.update(now, self.dt))
         self.hardware.write(JointCommand(self.robot.joint_names, setpoints, stamp=now),
                             self.controller.gripper_openings())
         if self.simulated:
@@ -50,5 +58,11 @@ class ControlLoop:
             n += 1
         return n
 
+    def sample(self) -> JointSample:
+        """The latest joint state: read now from the twin, the last cycle's read on real hardware."""
+        if self.simulated:
+            self.last_sample = self.hardware.read()
+        return self.last_sample
+
     def positions(self) -> np.ndarray:
-        return self.hardware.read().positions_of(self.robot.joint_names)
+        return self.sample().positions_of(self.robot.joint_names)

@@ -1,10 +1,16 @@
-"""driver_node: one robot behind the identical interface; `backend: sim` is the MuJoCo twin.
+"""driver_node: one robot behind the identical interface, whatever the backend.
+
+`backend: sim` is the MuJoCo twin; `franka`, `xarm`, `flexiv`, `rby1`, `aloha` drive real arms
+through their vendor SDKs. The ROS side is this one file for all of them.
 
 Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   robot            registered robot name (required)
-  backend          sim (this issue); the vendor backends plug in here
+  backend          sim | franka | xarm | flexiv | rby1 | aloha
+  <backend>.<key>  the backend's connection settings (ip, serial number, port, ...)
   scene            scene YAML for the twin (default: a table and no objects)
   seed             twin seed
+  watchdog_s       streaming targets older than this: brake and hold (0 disables)
+  velocity_scale   fraction of the datasheet velocity limits the safety filter allows
   control_rate_hz  command cycle rate (default: the robot's)
   state_rate_hz    joint_states rate (default: the robot's)
   camera_rate_hz   image rate of the twin's cameras, 0 disables them
@@ -12,6 +18,7 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   publish_depth    also publish cameras/<name>/depth/image_raw (32FC1, metres)
   real_time_factor 1.0 paces the twin to the wall clock; 0 runs as fast as it can
 """
+
 
 from __future__ import annotations
 
@@ -21,9 +28,7 @@ import time
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseArray
-from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Bool, Float64MultiArray
@@ -33,70 +38,81 @@ from trajectory_msgs.msg import JointTrajectory
 from r2s2r.contract import CommandError, Services, Topics
 from r2s2r.contract import convert, qos
 from r2s2r.contract.frames import WORLD, camera_optical_frame
+from r2s2r.hardware.backends import backend_names, load_backend
+from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
 from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.safety import SafetyLimits
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.nodes.runtime import run
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene, load_scene
 
-BACKENDS = ("sim",)
 # A trajectory stamped further ahead than this is almost surely on another clock (use_sim_time).
 MAX_FUTURE_STAMP_S = 10.0
+# Moves the driver plans itself (~/home) use this fraction of the velocity limits.
+HOMING_SPEED = 0.3
+RECONNECT_BACKOFF_S = (0.1, 2.0)  # first retry, longest wait between retries
+
+DEFAULTS = {
+    "robot": "", "backend": "sim", "scene": "", "seed": 0, "control_rate_hz": 0.0, "state_rate_hz": 0.0,
+    "camera_rate_hz": 30.0, "cameras": [""], "publish_depth": False, "real_time_factor": 1.0,
+    "watchdog_s": 0.5, "velocity_scale": 1.0,
+}
 
 
 class DriverNode(Node):
     def __init__(self):
-        super().__init__("driver")
-        self.declare_parameters("", [
-            ("robot", Parameter.Type.STRING), ("backend", "sim"), ("scene", ""), ("seed", 0),
-            ("control_rate_hz", 0.0), ("state_rate_hz", 0.0), ("camera_rate_hz", 30.0),
-            ("cameras", Parameter.Type.STRING_ARRAY), ("publish_depth", False), ("real_time_factor", 1.0),
-        ])
-        robot_name = self._param("robot", "")
+        # Backend settings (`franka.ip`, ...) are whatever the robot's config file holds.
+        super().__init__("driver", automatically_declare_parameters_from_overrides=True)
+        for name, default in DEFAULTS.items():
+            if not self.has_parameter(name):
+                self.declare_parameter(name, default)
+        robot_name = self._param("robot")
         if not robot_name:
             raise ValueError("parameter 'robot' is required: one of the registered robots")
         self.robot = get_robot(robot_name)  # UnknownRobotError lists the known robots
-        backend = self._param("backend", "sim")
-        if backend not in BACKENDS:
-            raise ValueError(f"parameter 'backend' is {backend!r}; expected one of {', '.join(BACKENDS)}")
-        scene_path = self._param("scene", "")
-        scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
-        if scene.robot != self.robot.name:
-            raise ValueError(f"scene {scene.source} is for robot {scene.robot!r}, but parameter 'robot' is "
-                             f"{self.robot.name!r}")
-        self.hardware = SimHardware(scene, seed=self._param("seed", 0))
-        self.hardware.connect()
-        self.hardware.activate()
-        self.loop = ControlLoop(self.hardware, self._param("control_rate_hz", 0.0) or None)
-        self.state_rate = self._param("state_rate_hz", 0.0) or self.robot.state_rate_hz
-        self.camera_rate = self._param("camera_rate_hz", 30.0)
-        self.publish_depth = self._param("publish_depth", False)
-        self.real_time_factor = self._param("real_time_factor", 1.0)
-        twin = self.hardware.twin
-        wanted = self._param("cameras", None)
-        unknown = [c for c in (wanted or []) if c not in twin.camera_names]
-        if unknown:
-            raise ValueError(f"parameter 'cameras' names {unknown}; the scene's cameras are "
-                             f"{', '.join(twin.camera_names)}")
-        self.camera_names = tuple(wanted) if wanted else twin.camera_names
-        if self.camera_rate <= 0:
-            self.camera_names = ()
-
+        self.backend = self._param("backend")
+        if self.backend == "sim":
+            scene_path = self._param("scene")
+            scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
+            if scene.robot != self.robot.name:
+                raise ValueError(f"scene {scene.source} is for robot {scene.robot!r}, but parameter 'robot' is "
+                                 f"{self.robot.name!r}")
+            self.hardware = SimHardware(scene, seed=self._param("seed"))
+        else:
+            if self.backend not in backend_names():
+                raise ValueError(f"parameter 'backend' is {self.backend!r}; expected one of "
+                                 f"{', '.join(backend_names())}")
+            prefix = f"{self.backend}."
+            settings = {name[len(prefix):]: p.value for name, p in self._parameters.items() if name.startswith(prefix)}
+            self.hardware = load_backend(self.backend)(self.robot, settings)
+        self.simulated = isinstance(self.hardware, SimHardware)
+        self.limits = SafetyLimits.of(self.robot, velocity_scale=self._param("velocity_scale"),
+                                      watchdog_s=self._param("watchdog_s"))
+        self.control_rate = self._param("control_rate_hz") or self.robot.control_rate_hz
+        self.state_rate = self._param("state_rate_hz") or self.robot.state_rate_hz
+        self.real_time_factor = self._param("real_time_factor")
+        self.loop: ControlLoop | None = None
+        self._link_fault = ""
+        self._fault = ""
         self._estopped = False
         self._enabled = True
-        self._fault = ""
-        self._lock = threading.Lock()  # serialises loop-thread work with reset / home services
+        self._lock = threading.Lock()  # serialises the control loop with the services
+        self._rtf = 0.0
+        self._link_losses = 0
 
-        # Outputs.
         self.pub_joints = self.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
         self.pub_diag = self.create_publisher(DiagnosticArray, Topics.DIAGNOSTICS, qos.DIAGNOSTICS)
-        self.pub_clock = self.create_publisher(Clock, Topics.CLOCK, qos.CLOCK)
-        self.pub_objects = self.create_publisher(PoseArray, Topics.OBJECT_POSES, qos.TWIN)
+        self._connect_first()
+        self.camera_names = self._camera_names() if self.simulated else ()
+        if self.simulated:
+            self.pub_clock = self.create_publisher(Clock, Topics.CLOCK, qos.CLOCK)
+            self.pub_objects = self.create_publisher(PoseArray, Topics.OBJECT_POSES, qos.TWIN)
+        self.publish_depth = self._param("publish_depth")
         self.pub_images = {c: self.create_publisher(Image, Topics.camera_image(c), qos.SENSOR) for c in self.camera_names}
         self.pub_infos = {c: self.create_publisher(CameraInfo, Topics.camera_info(c), qos.SENSOR) for c in self.camera_names}
         self.pub_depths = {c: self.create_publisher(Image, Topics.camera_depth(c), qos.SENSOR)
                            for c in self.camera_names} if self.publish_depth else {}
-        # Inputs.
         for group in self.robot.group_names:
             self.create_subscription(Float64MultiArray, Topics.position_commands(group),
                                      lambda msg, g=group: self._on_positions(g, msg), qos.COMMAND)
@@ -111,20 +127,59 @@ class DriverNode(Node):
         self.create_service(SetBool, Services.ENABLE, self._on_enable)
 
         self._running = True
-        self._rtf = 0.0
-        self._thread = threading.Thread(target=self._run_loop, name="twin-loop", daemon=True)
+        self._thread = threading.Thread(target=self._run_loop, name="control-loop", daemon=True)
         self._thread.start()
         self.get_logger().info(
-            f"{self.robot.name} on backend {backend}: groups {', '.join(self.robot.group_names)}, "
+            f"{self.robot.name} on backend {self.backend}: groups {', '.join(self.robot.group_names)}, "
             f"grippers {', '.join(g.name for g in self.robot.grippers) or 'none'}, cameras "
-            f"{', '.join(self.camera_names) or 'none'}; control {self.loop.rate_hz:g} Hz, state {self.state_rate:g} Hz")
+            f"{', '.join(self.camera_names) or 'none'}; control {self.control_rate:g} Hz, state {self.state_rate:g} Hz")
 
-    def _param(self, name, default):
+    def _param(self, name):
+        value = self.get_parameter(name).value
+        return DEFAULTS[name] if value is None else value
+
+    def _camera_names(self) -> tuple[str, ...]:
+        twin = self.hardware.twin
+        wanted = [c for c in self._param("cameras") if c]
+        unknown = [c for c in wanted if c not in twin.camera_names]
+        if unknown:
+            raise ValueError(f"parameter 'cameras' names {unknown}; the scene's cameras are "
+                             f"{', '.join(twin.camera_names)}")
+        if self._param("camera_rate_hz") <= 0:
+            return ()
+        return tuple(wanted) if wanted else twin.camera_names
+
+    # -- connection ------------------------------------------------------------------------------
+    def _connect_first(self) -> None:
+        """The twin always connects; a real robot that is not there yet is retried by the loop."""
         try:
-            value = self.get_parameter(name).value
-        except ParameterUninitializedException:
-            return default
-        return default if value is None else value
+            self._connect()
+        except HardwareError as error:
+            if self.simulated:
+                raise
+            self._link_fault = f"not connected: {error}"
+            self.get_logger().error(f"{self.backend}: {self._link_fault}; retrying")
+            self._publish_diagnostics()
+
+    def _connect(self) -> None:
+        self.hardware.connect()
+        self.hardware.activate()
+        if self.loop is None:
+            self.loop = ControlLoop(self.hardware, self.control_rate, self.limits)
+        else:
+            self.loop.hold_here()  # commands received while the link was down are dropped
+        self._link_fault = ""
+
+    def _on_link_lost(self, error: Exception) -> None:
+        self._link_losses += 1
+        self._link_fault = f"link lost: {error}"
+        self.hardware.state = Lifecycle.ERROR
+        self.get_logger().error(f"{self.backend}: {self._link_fault}; holding, reconnecting")
+        self._publish_diagnostics()
+        try:
+            self.hardware.disconnect()
+        except Exception as exc:  # the link is already gone; closing it may complain
+            self.get_logger().debug(f"disconnect after link loss: {exc}")
 
     # -- command callbacks: bad input is reported, never raised into the executor ----------------
     def _report(self, error: Exception) -> None:
@@ -132,9 +187,16 @@ class DriverNode(Node):
         self._publish_diagnostics()
 
     def _accepting(self, what: str) -> bool:
-        if self._estopped or not self._enabled:
-            reason = "estop is latched (clear it with ~/enable)" if self._estopped else "output is disabled (~/enable)"
-            self._report(CommandError(f"{what}: ignored, {reason}"))
+        reason = None
+        if self.loop is None or self._link_fault:
+            reason = f"the robot is not connected ({self._link_fault})"
+        elif self._estopped:
+            reason = "estop is latched (clear it with ~/enable)"
+        elif not self._enabled:
+            reason = "output is disabled (~/enable)"
+        if reason is not None:
+            self.loop.controller.stats.rejected["not_accepting"] += 1 if self.loop else 0
+            self._report(CommandError(f"{what}: dropped, {reason}"))
             return False
         return True
 
@@ -169,23 +231,44 @@ class DriverNode(Node):
     def _on_estop(self, msg: Bool) -> None:
         if msg.data and not self._estopped:
             self._estopped = True
-            with self._lock:
-                self.loop.hold_here()
-            self.get_logger().warning("estop: holding position until ~/enable is called with true")
+            if self.loop is not None:
+                self.loop.controller.brake()
+            self.get_logger().warning("estop: braking to a stop and holding until ~/enable is called with true")
             self._publish_diagnostics()
 
     def _on_enable(self, request: SetBool.Request, response: SetBool.Response):
+        if self.loop is None or self._link_fault:
+            response.success = False
+            response.message = f"the robot is not connected ({self._link_fault})"
+            return response
         with self._lock:
-            self.loop.hold_here()
-            self._enabled = bool(request.data)
-            if request.data:
-                self._estopped = False
-        response.success = True
-        response.message = "enabled" if request.data else "disabled: holding position"
+            try:
+                if request.data:
+                    self.hardware.activate()
+                    self.loop.hold_here()
+                    self._estopped = False
+                else:
+                    self.loop.controller.brake()
+                self._enabled = bool(request.data)
+                response.success = True
+                response.message = "enabled" if request.data else "disabled: braking and holding"
+            except HardwareError as error:
+                response.success = False
+                response.message = str(error)
         self._publish_diagnostics()
         return response
 
     def _on_reset(self, request, response: Trigger.Response):
+        if self.loop is None or self._link_fault:
+            response.success, response.message = False, f"the robot is not connected ({self._link_fault})"
+            return response
+        if not self.simulated:  # a real robot is never teleported: clear faults, then drive home
+            try:
+                self.hardware.reset()
+            except HardwareError as error:
+                response.success, response.message = False, str(error)
+                return response
+            return self._on_home(request, response)
         with self._lock:
             self.hardware.reset()
             self.loop.hold_here()
@@ -194,13 +277,21 @@ class DriverNode(Node):
         return response
 
     def _on_home(self, request, response: Trigger.Response):
+        if not self._accepting("~/home"):
+            response.success, response.message = False, "not accepting commands (see diagnostics)"
+            return response
         try:
+            current = self.loop.positions()
             for group in self.robot.groups:
-                values = np.array([self.robot.home[j] for j in group.joints])
-                self.loop.controller.command_positions(group.name, values, self.hardware.now)
+                index = [self.robot.joint_names.index(j) for j in group.joints]
+                home = np.array([self.robot.home[j] for j in group.joints])
+                duration = max(float(np.max(np.abs(home - current[index]) /
+                                            (HOMING_SPEED * self.limits.velocity[index]))), 0.5)
+                self.loop.controller.command_trajectory(group.name, group.joints, 0.0, [duration], [home],
+                                                        None, None, self.hardware.now)
             response.success = True
             response.message = "moving home"
-        except CommandError as error:
+        except (CommandError, HardwareError) as error:
             response.success = False
             response.message = str(error)
         return response
@@ -208,47 +299,72 @@ class DriverNode(Node):
     # -- the loop thread ----------------------------------------------------------------------------
     def _run_loop(self) -> None:
         renderer = None
-        if self.camera_names:
-            from r2s2r.sim.render import TwinRenderer
-            renderer = TwinRenderer(self.hardware.twin)  # the GL context lives on this thread
         tick = 1.0 / self.state_rate
-        camera_period = 1.0 / self.camera_rate if self.camera_rate > 0 else float("inf")
-        next_camera = self.hardware.now
-        next_diag = self.hardware.now
-        wall0, sim0 = time.monotonic(), self.hardware.now
-        rtf_window = (wall0, sim0)
+        next_diag = 0.0
+        backoff = RECONNECT_BACKOFF_S[0]
         try:
+            if self.camera_names:
+                from r2s2r.sim.render import TwinRenderer
+                renderer = TwinRenderer(self.hardware.twin)  # the GL context lives on this thread
+            camera_period = 1.0 / self._param("camera_rate_hz") if self.camera_names else float("inf")
+            next_camera = self.hardware.now if self.simulated else 0.0
+            wall0, clock0 = time.monotonic(), self.hardware.now if self.simulated else 0.0
+            rtf_window = (wall0, clock0)
             while self._running and self.context.ok():
-                with self._lock:
-                    target = self.hardware.now + tick
-                    self.loop.run_until(target)
-                    now = self.hardware.now
-                    sample = self.hardware.read()
-                    images = []
-                    if renderer is not None and now >= next_camera:
-                        next_camera = max(next_camera + camera_period, now)
-                        for cam in self.camera_names:
-                            depth = renderer.depth(cam) if cam in self.pub_depths else None
-                            images.append((cam, renderer.rgb(cam), depth))
-                    poses = list(self.hardware.twin.object_poses().values()) if images else []
-                self.pub_clock.publish(Clock(clock=convert.to_time(now)))
+                if self._link_fault:  # not connected: retry with backoff, publish the fault
+                    time.sleep(backoff)
+                    try:
+                        with self._lock:
+                            self._connect()
+                        backoff = RECONNECT_BACKOFF_S[0]
+                        self.get_logger().info(f"{self.backend}: connected; holding the measured position")
+                        self._publish_diagnostics()
+                    except HardwareError as error:
+                        backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
+                        self._link_fault = f"not connected: {error}"
+                        if time.monotonic() >= next_diag:
+                            next_diag = time.monotonic() + 1.0
+                            self._publish_diagnostics()
+                    continue
+                images, poses = [], []
+                try:
+                    if self.simulated:
+                        with self._lock:
+                            self.loop.run_until(self.hardware.now + tick)
+                            now = self.hardware.now
+                            sample = self.loop.sample()
+                            if renderer is not None and now >= next_camera:
+                                next_camera = max(next_camera + camera_period, now)
+                                for cam in self.camera_names:
+                                    depth = renderer.depth(cam) if cam in self.pub_depths else None
+                                    images.append((cam, renderer.rgb(cam), depth))
+                                poses = list(self.hardware.twin.object_poses().values())
+                    else:
+                        sample = self._run_real_cycles(tick)
+                        now = self.hardware.now
+                except LinkLost as error:
+                    self._on_link_lost(error)
+                    continue
+                if self.simulated:
+                    self.pub_clock.publish(Clock(clock=convert.to_time(now)))
                 self.pub_joints.publish(convert.joint_state_msg(sample))
                 if images:
                     self._publish_images(now, images)
                     self.pub_objects.publish(convert.pose_array_msg(poses, now, WORLD))
-                if now >= next_diag:
-                    next_diag = now + 1.0
-                    wall = time.monotonic()
-                    self._rtf = (now - rtf_window[1]) / max(wall - rtf_window[0], 1e-9)
-                    rtf_window = (wall, now)
+                wall = time.monotonic()
+                if wall >= next_diag:
+                    next_diag = wall + 1.0
+                    clock = now if self.simulated else wall
+                    self._rtf = (clock - rtf_window[1]) / max(wall - rtf_window[0], 1e-9)
+                    rtf_window = (wall, clock)
                     self._publish_diagnostics()
-                if self.real_time_factor > 0:
-                    ahead = (now - sim0) / self.real_time_factor - (time.monotonic() - wall0)
+                if self.simulated and self.real_time_factor > 0:
+                    ahead = (now - clock0) / self.real_time_factor - (time.monotonic() - wall0)
                     if ahead > 0:
                         time.sleep(ahead)
                     elif ahead < -0.5:  # fell behind by more than half a second: do not try to catch up
-                        wall0, sim0 = time.monotonic(), now
-        except Exception as exc:  # the twin itself failed: say so and stop moving
+                        wall0, clock0 = time.monotonic(), now
+        except Exception as exc:  # the driver itself failed: say so and stop commanding
             if not self.context.ok():
                 return  # shutting down: the publishers are gone, nothing failed
             self._fault = f"{type(exc).__name__}: {exc}"
@@ -257,6 +373,24 @@ class DriverNode(Node):
         finally:
             if renderer is not None:
                 renderer.close()
+
+    def _run_real_cycles(self, tick: float):
+        """Control cycles at the control rate for one state tick, paced by the host clock."""
+        dt = 1.0 / self.control_rate
+        end = time.monotonic() + tick
+        next_cycle = time.monotonic()
+        while True:
+            with self._lock:
+                self.loop.cycle()
+            next_cycle += dt
+            now = time.monotonic()
+            if next_cycle >= end:
+                break
+            if next_cycle > now:
+                time.sleep(next_cycle - now)
+            elif now - next_cycle > 10 * dt:  # late by many cycles: resynchronise, never burst
+                next_cycle = now
+        return self.loop.last_sample
 
     def _publish_images(self, now: float, images) -> None:
         twin = self.hardware.twin
@@ -269,33 +403,49 @@ class DriverNode(Node):
                 self.pub_depths[cam].publish(convert.image_msg(depth, "32FC1", now, frame))
 
     def _publish_diagnostics(self) -> None:
-        stats = self.loop.controller.stats
-        level = convert.OK
-        message = "running"
+        if not self.context.ok():
+            return
+        level, message = convert.OK, "running"
+        stats = self.loop.controller.stats if self.loop is not None else None
         if self._fault:
             level, message = convert.ERROR, f"fault: {self._fault}"
+        elif self._link_fault:
+            level, message = convert.ERROR, self._link_fault
         elif self._estopped:
             level, message = convert.WARN, "estop latched: holding position"
         elif not self._enabled:
             level, message = convert.WARN, "disabled: holding position"
-        elif stats.last_error:
+        elif stats is not None and stats.last_error:
             level, message = convert.WARN, f"last command rejected: {stats.last_error}"
-        values = {
-            "backend": self.hardware.backend, "robot": self.robot.name,
-            "mode": "estop" if self._estopped else ("enabled" if self._enabled else "disabled"),
-            "time": f"{self.hardware.now:.3f}", "real_time_factor": f"{self._rtf:.3f}",
-            "commands_accepted": sum(stats.accepted.values()), "commands_rejected": sum(stats.rejected.values()),
-            "last_rejection": stats.last_error,
-            "active_trajectories": ",".join(self.loop.controller.active_trajectories()),
-        }
-        values.update({f"rejected.{k}": v for k, v in stats.rejected.items()})
-        status = convert.diagnostic_status(f"r2s2r/driver/{self.robot.name}", self.hardware.backend, level, message, values)
-        self.pub_diag.publish(convert.diagnostic_array([status], self.hardware.now))
+        values = {"robot": self.robot.name, **self.hardware.describe(),
+                  "mode": "estop" if self._estopped else ("enabled" if self._enabled else "disabled"),
+                  "link": "lost" if self._link_fault else "up", "link_losses": self._link_losses,
+                  "time": f"{self.hardware.now:.3f}", "real_time_factor": f"{self._rtf:.3f}"}
+        if stats is not None:
+            safety = self.loop.safety.report()
+            values.update({
+                "commands_accepted": sum(stats.accepted.values()), "commands_rejected": sum(stats.rejected.values()),
+                "last_rejection": stats.last_error, "watchdog_stops": stats.watchdog_stops,
+                "safety_interventions": sum(safety.values()),
+                "active_trajectories": ",".join(self.loop.controller.active_trajectories()),
+            })
+            values.update({f"rejected.{k}": v for k, v in stats.rejected.items()})
+            values.update({f"safety.{k}": v for k, v in safety.items()})
+        status = convert.diagnostic_status(f"r2s2r/driver/{self.robot.name}", self.backend, level, message, values)
+        try:
+            self.pub_diag.publish(convert.diagnostic_array([status], self.hardware.now))
+        except Exception:  # the context went away between the check and the publish
+            if self.context.ok():
+                raise
 
     def close(self) -> None:
         self._running = False
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)
+        try:
+            self.hardware.disconnect()
+        except Exception as exc:
+            self.get_logger().warning(f"disconnect: {exc}")
 
 
 def main(args=None) -> int:
