@@ -1,0 +1,76 @@
+"""Flexiv Rizon 4: forward kinematics against Flexiv's published joint origins, and datasheet limits."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from r2s2r.robots import get_robot
+from r2s2r.sim.scene import Scene
+from r2s2r.sim.twin import Twin
+from tests.kinematics import joint_origin_chain, rotation_angle_deg
+
+Z, Y = (0.0, 0.0, 1.0), (0.0, 1.0, 0.0)
+# Flexiv's Rizon 4 joint origins (flexiv_description): (xyz, rpy, axis), joint 1..7, then the flange.
+RIZON4_ORIGINS = [
+    ((0.0, 0.0, 0.155), (0.0, 0.0, np.pi), Z),
+    ((0.0, 0.03, 0.21), (0.0, 0.0, 0.0), Y),
+    ((0.0, 0.035, 0.205), (0.0, 0.0, 0.0), Z),
+    ((-0.02, -0.03, 0.19), (0.0, 0.0, -np.pi), Y),
+    ((-0.02, 0.025, 0.195), (0.0, 0.0, -np.pi), Z),
+    ((0.0, 0.03, 0.19), (0.0, 0.0, 0.0), Y),
+    ((-0.055, 0.07, 0.11), (0.0, -np.pi / 2, 0.0), Z),
+    ((0.0, 0.0, 0.081), (0.0, 0.0, -np.pi), None),  # flange
+]
+# Rizon 4 datasheet (degrees, degrees per second, N m).
+Q_MIN = np.radians([-160, -130, -170, -107, -170, -80, -170])
+Q_MAX = np.radians([160, 130, 170, 154, 170, 260, 170])
+DQ_MAX = np.radians([120, 120, 140, 140, 280, 280, 280])
+DDQ_MAX = [3.0] * 7
+TAU_MAX = [123.0, 123.0, 64.0, 64.0, 39.0, 39.0, 39.0]
+
+
+@pytest.fixture(scope="module")
+def twin():
+    return Twin(Scene(robot="flexiv_rizon4", table=None, robot_cameras=False))
+
+
+def test_flange_pose_matches_published_joint_origins_at_25_configurations(twin):
+    rng = np.random.default_rng(13)
+    adr = [twin.model.joint(j).qposadr[0] for j in twin.robot.joint_names]
+    for _ in range(25):
+        q = rng.uniform(Q_MIN, Q_MAX)
+        twin.data.qpos[adr] = q
+        mujoco.mj_kinematics(twin.model, twin.data)
+        expected = joint_origin_chain(RIZON4_ORIGINS, q)
+        site = twin.data.site("arm_flange")
+        assert np.linalg.norm(site.xpos - expected[:3, 3]) < 1e-3
+        assert rotation_angle_deg(site.xmat.reshape(3, 3), expected[:3, :3]) < 0.1
+
+
+def test_home_pose_points_the_flange_down(twin):
+    robot = twin.robot
+    adr = [twin.model.joint(j).qposadr[0] for j in robot.joint_names]
+    twin.data.qpos[adr] = robot.home_positions
+    mujoco.mj_kinematics(twin.model, twin.data)
+    site = twin.data.site("arm_flange")
+    assert site.xmat.reshape(3, 3)[:, 2] == pytest.approx([0.0, 0.0, -1.0], abs=1e-5)
+    assert site.xpos == pytest.approx([0.687, -0.11, 0.2866], abs=1e-3)
+
+
+def test_tcp_is_145_mm_beyond_the_flange(twin):
+    mujoco.mj_kinematics(twin.model, twin.data)
+    flange, tcp = twin.data.site("arm_flange"), twin.data.site("arm_tcp")
+    offset = flange.xmat.reshape(3, 3).T @ (tcp.xpos - flange.xpos)
+    assert offset == pytest.approx([0.0, 0.0, 0.145], abs=1e-6)
+
+
+def test_joint_limits_equal_the_datasheet():
+    robot = get_robot("flexiv_rizon4")
+    limits = robot.limits
+    assert robot.joint_names == tuple(f"joint{i}" for i in range(1, 8))  # flexiv_ros2's names
+    assert limits.lower == pytest.approx(Q_MIN, abs=1e-12)
+    assert limits.upper == pytest.approx(Q_MAX, abs=1e-12)
+    assert limits.velocity == pytest.approx(DQ_MAX, abs=1e-12)
+    assert limits.acceleration.tolist() == DDQ_MAX
+    assert limits.effort.tolist() == TAU_MAX
+    assert robot.gripper("gripper").opening_range == (0.0, 0.085)
