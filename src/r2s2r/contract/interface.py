@@ -1,0 +1,41 @@
+"""The driver's whole interface for a robot's groups and grippers, as names and ROS type
+strings: what every backend offers (and the twin adds its privileged topics and cameras).
+Used by the conformance tests and by tools that check a live graph. No ROS import here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from r2s2r.contract.names import Services, Topics
+
+
+@dataclass(frozen=True)
+class Interface:
+    publishers: dict[str, str]  # relative topic name -> type, e.g. "sensor_msgs/msg/JointState"
+    subscriptions: dict[str, str]
+    services: dict[str, str] = field(default_factory=dict)  # "~/reset" -> "std_srvs/srv/Trigger"
+
+
+def driver_interface(groups: Sequence[str], grippers: Sequence[str], simulated: bool,
+                     cameras: Sequence[str] = ()) -> Interface:
+    publishers = {Topics.JOINT_STATES: "sensor_msgs/msg/JointState",
+                  Topics.DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray"}
+    if simulated:  # the twin's own: time, privileged state, rendered cameras
+        publishers[Topics.CLOCK] = "rosgraph_msgs/msg/Clock"
+        publishers[Topics.OBJECT_POSES] = "geometry_msgs/msg/PoseArray"
+        for cam in cameras:
+            publishers[Topics.camera_image(cam)] = "sensor_msgs/msg/Image"
+            publishers[Topics.camera_info(cam)] = "sensor_msgs/msg/CameraInfo"
+    subscriptions = {Topics.ESTOP: "std_msgs/msg/Bool"}
+    for group in groups:
+        subscriptions[Topics.position_commands(group)] = "std_msgs/msg/Float64MultiArray"
+        subscriptions[Topics.joint_trajectory(group)] = "trajectory_msgs/msg/JointTrajectory"
+    for gripper in grippers:
+        subscriptions[Topics.gripper_commands(gripper)] = "std_msgs/msg/Float64MultiArray"
+    services = {Services.RESET: "std_srvs/srv/Trigger", Services.HOME: "std_srvs/srv/Trigger",
+                Services.ENABLE: "std_srvs/srv/SetBool"}
+    return Interface(publishers, subscriptions, services)
+
+
+SIM_ONLY_PREFIXES = ("/clock", "twin/", "cameras/")

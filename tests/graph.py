@@ -1,0 +1,42 @@
+"""Reading a live ROS graph: what one node publishes, subscribes and serves, with QoS."""
+
+from __future__ import annotations
+
+import time
+
+# Every rclpy node has these; they are not part of the driver's contract.
+ROS_INFRASTRUCTURE_TOPICS = {"/rosout", "/parameter_events"}
+PARAMETER_SERVICES = {"describe_parameters", "get_parameter_types", "get_parameters", "list_parameters",
+                      "set_parameters", "set_parameters_atomically", "get_type_description"}
+
+
+def absolute(name: str, namespace: str, node: str) -> str:
+    if name.startswith("/"):
+        return name
+    if name.startswith("~/"):
+        return f"{namespace.rstrip('/')}/{node}/{name[2:]}"
+    return f"{namespace.rstrip('/')}/{name}"
+
+
+def node_interface(client_node, node: str, namespace: str = "/", timeout: float = 20.0, expect_topics: int = 0):
+    """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pubs = dict((n, t[0]) for n, t in client_node.get_publisher_names_and_types_by_node(node, namespace))
+            subs = dict((n, t[0]) for n, t in client_node.get_subscriber_names_and_types_by_node(node, namespace))
+            srvs = dict((n, t[0]) for n, t in client_node.get_service_names_and_types_by_node(node, namespace))
+        except Exception:  # the node is not discovered yet
+            pubs, subs, srvs = {}, {}, {}
+        if (len(pubs) + len(subs) >= expect_topics and srvs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    pubs = {n: t for n, t in pubs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
+    subs = {n: t for n, t in subs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
+    srvs = {n: t for n, t in srvs.items() if n.rsplit("/", 1)[-1] not in PARAMETER_SERVICES}
+    return pubs, subs, srvs
+
+
+def qos_of(client_node, topic: str, publisher: bool):
+    infos = (client_node.get_publishers_info_by_topic if publisher else client_node.get_subscriptions_info_by_topic)(topic)
+    return sorted((str(i.qos_profile.reliability), str(i.qos_profile.durability), i.qos_profile.depth) for i in infos)
