@@ -22,6 +22,7 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -100,6 +101,9 @@ class DriverNode(Node):
         self._lock = threading.Lock()  # serialises the control loop with the services
         self._rtf = 0.0
         self._link_losses = 0
+        self._periods = collections.deque(maxlen=2000)  # real hardware: control-cycle periods, seconds
+        self._last_cycle_start = None
+        self._periods_lock = threading.Lock()
 
         self.pub_joints = self.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
         self.pub_diag = self.create_publisher(DiagnosticArray, Topics.DIAGNOSTICS, qos.DIAGNOSTICS)
@@ -172,6 +176,7 @@ class DriverNode(Node):
 
     def _on_link_lost(self, error: Exception) -> None:
         self._link_losses += 1
+        self._last_cycle_start = None  # the gap until reconnection is not a cycle period
         self._link_fault = f"link lost: {error}"
         self.hardware.state = Lifecycle.ERROR
         self.get_logger().error(f"{self.backend}: {self._link_fault}; holding, reconnecting")
@@ -380,6 +385,11 @@ class DriverNode(Node):
         end = time.monotonic() + tick
         next_cycle = time.monotonic()
         while True:
+            start = time.monotonic()
+            if self._last_cycle_start is not None:
+                with self._periods_lock:
+                    self._periods.append(start - self._last_cycle_start)
+            self._last_cycle_start = start
             with self._lock:
                 self.loop.cycle()
             next_cycle += dt
@@ -430,6 +440,12 @@ class DriverNode(Node):
                 "active_trajectories": ",".join(self.loop.controller.active_trajectories()),
             })
             values.update({f"rejected.{k}": v for k, v in stats.rejected.items()})
+            with self._periods_lock:
+                periods = np.array(self._periods) * 1e6
+            if periods.size:  # how steadily the control loop runs on this host
+                values.update({"cycle_period_us.p50": f"{np.percentile(periods, 50):.0f}",
+                               "cycle_period_us.p99": f"{np.percentile(periods, 99):.0f}",
+                               "cycle_period_us.max": f"{periods.max():.0f}"})
             values.update({f"safety.{k}": v for k, v in safety.items()})
         status = convert.diagnostic_status(f"r2s2r/driver/{self.robot.name}", self.backend, level, message, values)
         try:
