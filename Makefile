@@ -11,7 +11,7 @@ export MUJOCO_GL ?= egl
 $(STAMP): pyproject.toml setup.py requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip==26.0.1"
-	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[test,colcon]"
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[test,colcon,drivers]"
 	touch $(STAMP)
 
 demo: $(STAMP)
