@@ -148,9 +148,13 @@ def _add_gripper(spec: mujoco.MjSpec, robot: RobotSpec, gripper) -> None:
             geom.friction = list(gripper.friction)
             geom.condim = 4  # torsional friction: a pinched object does not spin out
             geom.priority = 1  # the pads' friction wins over the object's
-    for name in followers:  # fingers move together, as the real linkage makes them
-        spec.add_equality(type=mujoco.mjtEq.mjEQ_JOINT, name1=name, name2=driver,
-                          data=[0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], solref=[0.005, 1.0])
+    # Fingers move together, as the real linkage makes them. MuJoCo's importer already turns a
+    # URDF <mimic> into a joint equality: stiffen that one rather than add a second.
+    coupled = {(e.name1, e.name2): e for e in spec.equalities if e.type == mujoco.mjtEq.mjEQ_JOINT}
+    for name in followers:
+        equality = coupled.get((name, driver)) or spec.add_equality(
+            type=mujoco.mjtEq.mjEQ_JOINT, name1=name, name2=driver, data=[0, 1] + [0] * 10)
+        equality.solref = [0.005, 1.0]
     tendon = spec.add_tendon(name=f"{gripper.name}_opening")
     for name in gripper.joints:
         tendon.wrap_joint(name, 1.0)
