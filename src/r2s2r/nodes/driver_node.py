@@ -174,10 +174,10 @@ class DriverNode(Node):
             self.loop.hold_here()  # commands received while the link was down are dropped
         self._link_fault = ""
 
-    def _on_link_lost(self, error: Exception) -> None:
+    def _on_hardware_fault(self, error: Exception) -> None:
         self._link_losses += 1
         self._last_cycle_start = None  # the gap until reconnection is not a cycle period
-        self._link_fault = f"link lost: {error}"
+        self._link_fault = f"link lost: {error}" if isinstance(error, LinkLost) else f"fault: {error}"
         self.hardware.state = Lifecycle.ERROR
         self.get_logger().error(f"{self.backend}: {self._link_fault}; holding, reconnecting")
         self._publish_diagnostics()
@@ -269,7 +269,9 @@ class DriverNode(Node):
             return response
         if not self.simulated:  # a real robot is never teleported: clear faults, then drive home
             try:
-                self.hardware.reset()
+                with self._lock:
+                    self.hardware.reset()
+                    self.loop.hold_here()  # from where it stands, not from a setpoint before the fault
             except HardwareError as error:
                 response.success, response.message = False, str(error)
                 return response
@@ -347,8 +349,8 @@ class DriverNode(Node):
                     else:
                         sample = self._run_real_cycles(tick)
                         now = self.hardware.now
-                except LinkLost as error:
-                    self._on_link_lost(error)
+                except HardwareError as error:  # LinkLost, or a fault the backend cannot ride out
+                    self._on_hardware_fault(error)
                     continue
                 if self.simulated:
                     self.pub_clock.publish(Clock(clock=convert.to_time(now)))

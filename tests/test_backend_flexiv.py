@@ -1,0 +1,308 @@
+"""FlexivHardware against the flexivrdk stand-in (tests/standins/flexivrdk_standin.py), driven by
+ControlLoop without a ROS graph. flexivrdk has no wheel for Python 3.11, so the stand-in is
+checked against the API facts recorded from the flexivrdk 1.9.4.1 wheel (flexivrdk_api.json)."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from r2s2r.hardware.backends import load_backend
+from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
+from r2s2r.hardware.flexiv import FlexivHardware
+from r2s2r.hardware.loop import ControlLoop
+from r2s2r.paths import config_path
+from r2s2r.robots import get_robot
+from r2s2r.stack import load_stack
+from tests.standins import flexivrdk_standin, signatures
+
+RIZON = get_robot("flexiv_rizon4")
+SERIAL = "Rizon4-062468"
+API = json.loads((Path(__file__).parent / "standins" / "flexivrdk_api.json").read_text())
+
+
+@pytest.fixture
+def rdk(monkeypatch):
+    world = flexivrdk_standin.world
+    world.reset()
+    world.add_arm(SERIAL, RIZON.home_positions)
+    monkeypatch.setitem(sys.modules, "flexivrdk", flexivrdk_standin)
+    return world
+
+
+def hardware(**settings):
+    return FlexivHardware(RIZON, {"serial_number": SERIAL, **settings})
+
+
+def run(loop: ControlLoop, seconds: float, target=None, until=None, each_cycle=None) -> None:
+    """Cycle in real time (the stand-in's arm moves on the wall clock) for `seconds`, or until
+    `until()` holds, streaming `target` to the arm group every cycle as a streaming client does
+    (the controller's watchdog stops a target that is not refreshed)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (until is not None and until()):
+        if target is not None:
+            loop.controller.command_positions("arm", target, loop.hardware.now)
+        loop.cycle()
+        if each_cycle is not None:
+            each_cycle()
+        time.sleep(loop.dt)
+
+
+def arrived(loop: ControlLoop, target, atol: float = 5e-4):
+    return lambda: np.allclose(loop.positions(), target, atol=atol)
+
+
+@pytest.fixture
+def active(rdk):
+    hw = hardware()
+    hw.connect()
+    hw.activate()
+    yield hw, ControlLoop(hw, control_rate_hz=200.0)
+    hw.disconnect()
+
+
+def test_connect_reads_the_arm_once_and_goes_inactive(rdk):
+    hw = hardware()
+    hw.connect()
+    assert hw.state is Lifecycle.INACTIVE
+    sample = hw.read()
+    assert sample.names == RIZON.joint_names + ("gripper_finger_joint1", "gripper_finger_joint2")
+    np.testing.assert_allclose(sample.position[:7], RIZON.home_positions)
+    np.testing.assert_allclose(sample.effort[:7], 2.0 * np.sin(RIZON.home_positions))  # the stand-in's tau
+    np.testing.assert_allclose(sample.position[7:], [0.0425, 0.0425])  # an open 85 mm gripper, per finger
+    assert rdk.calls_of("Robot")[0].args == (SERIAL, (), False, False)
+    facts = hw.describe()
+    assert facts["serial_number"] == SERIAL and facts["model"] == "Rizon4" and facts["rdk_version"] == "1.9.4.1"
+    assert facts["operational_status"] == "NOT_ENABLED" and facts["fault"] is False
+    hw.disconnect()
+    hw.disconnect()  # idempotent
+    assert hw.state is Lifecycle.FINALIZED
+
+
+def test_streams_setpoints_and_the_arm_arrives_at_bounded_speed(active, rdk):
+    hw, loop = active
+    assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.NRT_JOINT_POSITION
+    target = RIZON.home_positions + np.array([0.3, -0.2, 0.25, 0.2, -0.3, 0.2, 0.3])
+    speeds = []
+    start = time.monotonic()
+    run(loop, 5.0, target, arrived(loop, target),
+        each_cycle=lambda: speeds.append(np.abs(loop.last_sample.velocity[:7])))
+    run(loop, 0.1, target)  # settled: the last setpoints sent are the target
+    elapsed = time.monotonic() - start
+    np.testing.assert_allclose(loop.positions(), target, atol=1e-3)
+    np.testing.assert_allclose(rdk.arm(SERIAL).q, target, atol=1e-3)
+    assert np.all(np.max(speeds, axis=0) <= RIZON.limits.velocity + 1e-6)
+    sends = rdk.calls_of("SendJointPosition")
+    positions, velocities, max_vel, max_acc = sends[-1].args
+    np.testing.assert_allclose(positions, target, atol=1e-6)
+    assert velocities == [0.0] * 7
+    np.testing.assert_allclose(max_vel, RIZON.limits.velocity)
+    np.testing.assert_allclose(max_acc, RIZON.limits.acceleration)
+    # Throttled to command_rate_hz (100 by default) although the loop cycles at 200 Hz.
+    assert len(sends) <= elapsed * 100 + 2
+
+
+def test_gripper_moves_on_a_worker_thread_only_when_the_opening_changes(active, rdk):
+    hw, loop = active
+    run(loop, 0.1)
+    loop.controller.command_gripper("gripper", [0.03], hw.now)
+    run(loop, 3.0, until=lambda: abs(hw.read().position[7] - 0.015) < 1e-6)
+    run(loop, 0.1)
+    moves = rdk.calls_of("Gripper.Move")
+    # The controller's home opening (fully open) once, then 0.03 once, although every cycle writes it.
+    assert [m.args[0] for m in moves] == pytest.approx([0.085, 0.03])
+    width, velocity, force = moves[-1].args
+    assert velocity == pytest.approx(0.15) and force == pytest.approx(100.0)  # the spec's, within the params
+    assert {m.thread for m in moves} == {"flexiv-gripper"} != {threading.current_thread().name}
+    np.testing.assert_allclose(hw.read().position[7:], [0.015, 0.015], atol=1e-6)
+
+
+def test_deactivate_stops_the_arm_and_holds(active, rdk):
+    hw, loop = active
+    run(loop, 0.3, RIZON.home_positions + 0.3)
+    hw.deactivate()
+    assert hw.state is Lifecycle.INACTIVE
+    assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.IDLE
+    sent = len(rdk.calls_of("SendJointPosition"))
+    held = hw.read().position[:7]
+    run(loop, 0.2)
+    assert len(rdk.calls_of("SendJointPosition")) == sent  # nothing streams while inactive
+    np.testing.assert_allclose(hw.read().position[:7], held)
+
+
+def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, rdk):
+    hw, loop = active
+    run(loop, 0.3, RIZON.home_positions + 0.3)
+    rdk.cut_link(SERIAL)
+    cut = time.monotonic()
+    with pytest.raises(LinkLost, match="stopped answering"):
+        while True:
+            loop.cycle()
+            time.sleep(loop.dt)
+    assert time.monotonic() - cut < 0.1
+    assert hw.state is Lifecycle.ERROR
+    with pytest.raises(LinkLost):  # stays lost until connect()
+        hw.read()
+    with pytest.raises(LinkLost, match="cannot connect"):
+        hw.connect()  # the robot is still unreachable
+    rdk.restore_link(SERIAL)
+    hw.connect()
+    assert hw.state is Lifecycle.INACTIVE
+    np.testing.assert_allclose(hw.read().position[:7], rdk.arm(SERIAL).q)
+    hw.activate()
+    loop.hold_here()
+    run(loop, 0.1)
+    assert hw.state is Lifecycle.ACTIVE
+
+
+def test_a_fault_is_reported_stops_streaming_and_reset_resumes_it(active, rdk):
+    hw, loop = active
+    run(loop, 0.1)
+    rdk.inject_fault(SERIAL, description="joint 3 torque limit exceeded")
+    # The loop goes on: the robot holds, nothing is sent.
+    run(loop, 2.0, RIZON.home_positions + 0.1, until=lambda: hw.state is Lifecycle.ERROR)
+    assert hw.state is Lifecycle.ERROR
+    sent = len(rdk.calls_of("SendJointPosition"))
+    run(loop, 0.1, RIZON.home_positions + 0.1)
+    assert len(rdk.calls_of("SendJointPosition")) == sent
+    facts = hw.describe()
+    assert facts["fault"] is True and facts["operational_status"] == "MINOR_FAULT"
+    assert facts["fault_detail"] == "MINOR_FAULT, last event: joint 3 torque limit exceeded"
+    hw.reset()
+    assert rdk.calls_of("ClearFault") and hw.state is Lifecycle.ACTIVE
+    assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.NRT_JOINT_POSITION
+    assert hw.describe()["fault"] is False
+    target = RIZON.home_positions + 0.1
+    loop.hold_here()
+    run(loop, 5.0, target, arrived(loop, target))
+    np.testing.assert_allclose(loop.positions(), target, atol=1e-3)
+
+
+def test_a_fault_that_does_not_clear_is_an_error(active, rdk):
+    hw, loop = active
+    rdk.inject_fault(SERIAL, critical=True)
+    with pytest.raises(HardwareError, match="did not clear"):
+        hw.reset()
+    with pytest.raises(HardwareError, match="in fault"):
+        hw.activate()
+
+
+def test_activate_says_what_keeps_the_arm_from_operating(rdk):
+    hw = hardware(operational_timeout_s=0.2)
+    hw.connect()
+    rdk.arm(SERIAL).estop_released = False
+    with pytest.raises(HardwareError, match="E-stop .* is pressed"):
+        hw.activate()
+    rdk.arm(SERIAL).estop_released = True
+    rdk.arm(SERIAL).auto_mode = False
+    with pytest.raises(HardwareError, match="IN_MANUAL_MODE: switch the robot to Auto \\(Remote\\) mode"):
+        hw.activate()
+    assert hw.state is Lifecycle.INACTIVE
+
+
+@pytest.mark.parametrize("settings, problem", [
+    ({}, "flexiv.serial_number: expected the robot's serial number as Flexiv Elements shows it"),
+    ({"serial_number": "062468"}, "flexiv.serial_number: expected the robot's serial number"),
+    ({"serial_number": SERIAL, "network_interface_whitelist": "10.42.0.1, 192.168.2"},
+     "flexiv.network_interface_whitelist: expected IPv4 addresses separated by commas, got '192.168.2'"),
+    ({"serial_number": SERIAL, "command_rate_hz": 2000}, "flexiv.command_rate_hz: expected a number <= 1000"),
+    ({"serial_number": SERIAL, "gripper_name": 5}, "flexiv.gripper_name: expected the gripper's device name"),
+    ({"serial_number": SERIAL, "ip": "192.168.2.100"}, "flexiv.ip: expected one of the keys"),
+])
+def test_bad_settings_name_the_key_and_what_was_expected(settings, problem):
+    with pytest.raises(HardwareError, match=problem.replace("(", "\\(")):
+        FlexivHardware(RIZON, settings)
+
+
+def test_backend_is_found_by_name_and_built_from_settings(rdk):
+    hw = load_backend("flexiv")(RIZON, {"serial_number": "Rizon 4s-062468", "network_interface_whitelist": "10.42.0.1"})
+    assert isinstance(hw, FlexivHardware) and hw.whitelist == ["10.42.0.1"]
+
+
+def test_the_shipped_config_and_stack_hold_the_documented_defaults():
+    params = yaml.safe_load(config_path("robots", "flexiv_rizon4.yaml").read_text())["/**"]["ros__parameters"]
+    block = params["flexiv"]
+    with pytest.raises(HardwareError, match="flexiv.serial_number"):  # to be set for the arm at hand
+        FlexivHardware(RIZON, block)
+    hw = FlexivHardware(RIZON, {**block, "serial_number": SERIAL})
+    assert (hw.whitelist, hw.gripper_name, hw.command_rate_hz) == ([], "Robotiq-2F-85", 100.0)
+    (driver,) = load_stack("config/stacks/flexiv_rizon4_real.yaml", {"flexiv.serial_number": SERIAL}).nodes
+    assert driver.parameters == {"backend": "flexiv", "flexiv.serial_number": SERIAL}
+    assert [Path(f).name for f in driver.parameter_files] == ["flexiv_rizon4.yaml"]
+
+
+def test_a_missing_sdk_names_the_package_and_the_python_versions(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flexivrdk", None)  # import flexivrdk raises ImportError
+    with pytest.raises(HardwareError) as error:
+        hardware().connect()
+    message = str(error.value)
+    assert "flexivrdk 1.9.4.1" in message and "pip install .[drivers]" in message
+    assert "CPython 3.10, 3.12, 3.14 only, none for 3.11 or 3.13" in message
+
+
+def test_connect_failures_say_why(rdk):
+    with pytest.raises(LinkLost, match="cannot connect to Rizon4-999999.*RDK server is activated"):
+        FlexivHardware(RIZON, {"serial_number": "Rizon4-999999"}).connect()
+    rdk.add_arm("Rizon10-000001", np.zeros(7), model_name="Rizon10")
+    with pytest.raises(HardwareError, match="is a Rizon10 with 7 joints; robot flexiv_rizon4 expects a Rizon 4"):
+        FlexivHardware(RIZON, {"serial_number": "Rizon10-000001"}).connect()
+    with pytest.raises(HardwareError, match="no gripper 'Flexiv-GN01'.*configured in Flexiv Elements"):
+        hardware(gripper_name="Flexiv-GN01").connect()
+    no_gripper = hardware(gripper_name="")
+    no_gripper.connect()
+    assert np.isnan(no_gripper.read().position[7:]).all()
+
+
+# -- the stand-in against the recorded API of flexivrdk 1.9.4.1 --------------------------------------
+def test_standin_offers_only_names_of_the_sdk_with_its_signatures():
+    assert flexivrdk_standin.__version__ == API["version"] == "1.9.4.1"
+    public = {n for n in vars(flexivrdk_standin) if not n.startswith("_")}
+    helpers = {"annotations", "dataclass", "field", "enum", "math", "re", "threading", "time", "DOF",
+               "SDK_NAMES", "CONTROL_NAMES"}
+    assert public - helpers == set(flexivrdk_standin.SDK_NAMES) | set(flexivrdk_standin.CONTROL_NAMES)
+    checked = 0
+    for name in flexivrdk_standin.SDK_NAMES:
+        real = API["classes"][name]
+        cls = getattr(flexivrdk_standin, name)
+        if "enum_members" in real:
+            assert {m.name: m.value for m in cls} == real["enum_members"], name
+            checked += len(real["enum_members"])
+            continue
+        for attribute in cls.__annotations__:
+            assert attribute in real["properties"], f"{name}.{attribute} is not in flexivrdk {API['version']}"
+            checked += 1
+        for method, function in vars(cls).items():
+            if not callable(function) or (method.startswith("_") and method != "__init__"):
+                continue
+            assert method in real["methods"], f"{name}.{method} is not in flexivrdk {API['version']}"
+            overloads = [o["parameters"] for o in real["methods"][method]]
+            problem = signatures.mismatch(f"{name}.{method}", signatures.parameters(function), overloads)
+            assert problem is None, problem
+            checked += 1
+    assert checked > 60
+
+
+
+def test_the_backend_imports_without_the_sdk_and_runs_on_the_shim_in_another_process():
+    """What a driver in a process of its own (the DDS conformance tests) relies on: the backend
+    imports without the SDK, and tests/standins/shim puts the stand-in under the SDK's name, with
+    a robot on its network."""
+    repo = Path(__file__).resolve().parents[1]
+    code = "; ".join([
+        "import sys, r2s2r.hardware.flexiv as backend",
+        "assert 'flexivrdk' not in sys.modules, 'SDK imported eagerly'",
+        "from r2s2r.robots import get_robot",
+        "hw = backend.FlexivHardware(get_robot('flexiv_rizon4'), {'serial_number': 'Rizon4-062468'})",
+        "hw.connect(); hw.activate(); print(sys.modules['flexivrdk'].__name__, hw.read().names[0]); hw.disconnect()"])
+    path = [repo / "tests" / "standins" / "shim", repo, repo / "src"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["tests.standins.flexivrdk_standin", get_robot("flexiv_rizon4").joint_names[0]]
