@@ -43,8 +43,10 @@ class RecordingHardware(Hardware):
         return self.t
 
     def read(self):
-        names = self.robot.joint_names
-        return JointSample(self.t, names, self.position, np.zeros(len(names)), np.zeros(len(names)))
+        names = self.robot.joint_names + self.robot.gripper_joint_names
+        fingers = np.full(len(self.robot.gripper_joint_names), 0.02)
+        zeros = np.zeros(len(names))
+        return JointSample(self.t, names, np.concatenate([self.position, fingers]), zeros, zeros)
 
     def write(self, command, gripper_openings):
         self.position = np.array(command.position)

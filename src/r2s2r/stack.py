@@ -18,6 +18,7 @@ the same parsed stack into launch_ros Node actions on a full ROS install.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,7 +56,8 @@ class NodeSpec:
         for path in self.parameter_files:
             args += ["--params-file", path]
         for key, value in self.parameters.items():
-            args += ["-p", f"{key}:={yaml.safe_dump(value, default_flow_style=True).strip()}"]
+            # JSON is YAML that ROS parses back to the same value, without YAML's "..." ends.
+            args += ["-p", f"{key}:={json.dumps(value)}"]
         for src, dst in self.remappings:
             args += ["-r", f"{src}:={dst}"]
         return args

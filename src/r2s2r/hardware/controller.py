@@ -194,6 +194,15 @@ class JointController:
                     target[g.index] = g.target
             return self.limiter.step(target, dt, target_velocity).copy()
 
+    def hold_grippers(self, openings) -> None:
+        """Keep each gripper where it is measured (finite values only), e.g. when a real robot
+        connects: a gripper is not opened or closed until someone asks."""
+        with self._lock:
+            for name, value in zip(self.grippers, openings):
+                if np.isfinite(value):
+                    lo, hi = self.grippers[name].opening_range
+                    self.gripper_targets[name] = float(np.clip(value, lo, hi))
+
     def gripper_openings(self) -> np.ndarray:
         with self._lock:
             return np.array([self.gripper_targets[g] for g in self.grippers])

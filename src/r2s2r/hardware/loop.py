@@ -30,6 +30,8 @@ class ControlLoop:
         position = self.last_sample.positions_of(self.robot.joint_names)
         self.controller = JointController(self.robot, position, watchdog_s=self.limits.watchdog_s)
         self.safety = SafetyFilter(self.limits, self.dt, position)
+        if not self.simulated:  # the twin starts open at home; a real gripper stays as it is
+            self.controller.hold_grippers(self.measured_openings())
         self.cycles = 0
 
     def hold_here(self) -> None:
@@ -38,6 +40,12 @@ class ControlLoop:
         position = self.last_sample.positions_of(self.robot.joint_names)
         self.controller.hold(position)
         self.safety.reset(position)
+        self.controller.hold_grippers(self.measured_openings())
+
+    def measured_openings(self) -> np.ndarray:
+        """Each gripper's opening as the sum of its finger joints (NaN where not measured)."""
+        sample = self.last_sample
+        return np.array([sample.positions_of(g.joints).sum() for g in self.robot.grippers])
 
     def cycle(self) -> None:
         now = self.hardware.now
