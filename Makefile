@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml setup.py requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip==26.0.1"
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[test,colcon,drivers]"
+	# openpi-client pins numpy<2: installed without its dependencies, as the tests' reference peer.
+	$(PY) -m pip install --quiet --no-deps "openpi-client==0.1.2"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +26,8 @@ bench: $(STAMP)
 	$(PY) bench/twin_step.py
 	$(PY) bench/twin_node.py
 	$(PY) bench/loop_latency.py
+	$(PY) bench/camera_ingest.py --large-shm
+	$(PY) bench/policy_loop.py
 
 # The ROS 2 way, inside the same venv: colcon build + colcon test of the repository root.
 colcon: $(STAMP)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from r2s2r.config import ConfigError
+from r2s2r.eval.cli import add_eval_parsers
 
 
 def _robots_list(args) -> int:
@@ -69,9 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="set a parameter on every node of the stack")
     up.set_defaults(func=_up)
 
+    from r2s2r.camera.cli import add_calibrate_parser
+    add_calibrate_parser(sub)
+
     demo = sub.add_parser("demo", help="the end-to-end demo (`make demo`)")
     demo.add_argument("--out", default="demo_output", help="folder for the demo's images and reports")
     demo.set_defaults(func=_demo)
+    add_eval_parsers(sub)
     return parser
 
 

@@ -6,6 +6,8 @@ ROS graph. The ROS-side pieces live in `contract.qos` and `contract.convert`, wh
 """
 
 from r2s2r.contract.names import Topics, Services
+from r2s2r.contract.sync import ApproximateTimeSynchronizer, SyncedObservation
 from r2s2r.contract.types import CameraFrame, JointCommand, JointSample, CommandError
 
-__all__ = ["Topics", "Services", "CameraFrame", "JointCommand", "JointSample", "CommandError"]
+__all__ = ["Topics", "Services", "CameraFrame", "JointCommand", "JointSample", "CommandError",
+           "ApproximateTimeSynchronizer", "SyncedObservation"]

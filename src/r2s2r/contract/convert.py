@@ -138,16 +138,31 @@ def camera_frame(msg: Image, camera: str) -> CameraFrame:
 def camera_info_msg(width: int, height: int, fx: float, fy: float, cx: float, cy: float,
                     stamp: float, frame_id: str, distortion: Sequence[float] = (0, 0, 0, 0, 0),
                     model: str = "plumb_bob") -> CameraInfo:
+    """CameraInfo of an ideal pinhole camera (R identity, P = [K | 0])."""
+    k = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+    return camera_info_full_msg(width, height, k, distortion, np.eye(3), np.hstack([k, np.zeros((3, 1))]),
+                                stamp, frame_id, model)
+
+
+def camera_info_full_msg(width: int, height: int, k, d: Sequence[float], r, p, stamp: float, frame_id: str,
+                         model: str = "plumb_bob") -> CameraInfo:
+    """CameraInfo from a full calibration: K (3x3), D, R (3x3), P (3x4), row-major as the message holds them."""
     msg = CameraInfo()
     msg.header.stamp = to_time(stamp)
     msg.header.frame_id = frame_id
     msg.width, msg.height = int(width), int(height)
     msg.distortion_model = model
-    msg.d = [float(v) for v in distortion]
-    msg.k = [fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]
-    msg.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-    msg.p = [fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+    msg.d = [float(v) for v in d]
+    msg.k = [float(v) for v in np.asarray(k, float).reshape(9)]
+    msg.r = [float(v) for v in np.asarray(r, float).reshape(9)]
+    msg.p = [float(v) for v in np.asarray(p, float).reshape(12)]
     return msg
+
+
+def camera_info_arrays(msg: CameraInfo) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+    """(width, height, K 3x3, D, R 3x3, P 3x4, distortion model) of a CameraInfo."""
+    return (msg.width, msg.height, np.asarray(msg.k, float).reshape(3, 3), np.asarray(msg.d, float),
+            np.asarray(msg.r, float).reshape(3, 3), np.asarray(msg.p, float).reshape(3, 4), msg.distortion_model)
 
 
 def pose_array_msg(poses: Sequence[tuple[np.ndarray, np.ndarray]], stamp: float, frame_id: str) -> PoseArray:

@@ -76,11 +76,13 @@ class RobotClient:
         with self._lock:
             return list(self._diagnostics)
 
-    def diagnostic_values(self) -> dict[str, str]:
-        """Key/values of the newest driver status."""
+    def diagnostic_values(self, prefix: str = "r2s2r/driver/") -> dict[str, str]:
+        """Key/values of the newest status whose name starts with `prefix` (default: the driver's;
+        camera and policy nodes publish on the same topic)."""
         for msg in reversed(self.diagnostics()):
             for status in msg.status:
-                return {kv.key: kv.value for kv in status.values} | {"message": status.message}
+                if status.name.startswith(prefix):
+                    return {kv.key: kv.value for kv in status.values} | {"message": status.message}
         return {}
 
     def image(self, camera: str) -> np.ndarray | None:

@@ -73,6 +73,9 @@ def build_robot_spec(robot: RobotSpec) -> mujoco.MjSpec:
     """The robot alone, as an MjSpec a scene can add to (table, objects, cameras)."""
     spec = mujoco.MjSpec.from_file(str(robot.urdf_path))
     spec.modelname = robot.name
+    # The URDF's importer element drops its <visual> duplicates at parse time; at compile time the
+    # same flag would also drop every material and texture a scene adds (the floor, boards).
+    spec.compiler.discardvisual = False
     spec.compiler.autolimits = True
     spec.option.timestep = 1.0 / 1000.0
     # Implicit-fast integration keeps stiff position actuators and damping stable at 1 kHz.
