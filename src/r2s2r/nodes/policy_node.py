@@ -1,0 +1,209 @@
+"""policy_node: a Policy in front of any driver_node (twin or real), over the identical interface.
+
+Parameters:
+  robot                 registered robot name (required): names the joints, groups and grippers
+  policy                a policy URI (torch:PATH, torchscript:PATH, export:PATH, onnx:PATH, lerobot:DIR,
+                        openpi://HOST:PORT, scripted:NAME) or a policy config YAML (required)
+  policy_params         a YAML mapping merged over the policy's params (e.g. "{goal: {arm: [...]}}")
+  task                  task text for policies that take it
+  command_rate_hz       rate of the published commands (chunks are interpolated to it)
+  sync_tolerance_s      how far apart joint states and images may be to form one observation
+  autostart             start acting without a call to ~/start
+  max_observation_age_s, deadline_s, on_deadline_miss, ensemble_coefficient, replan_steps,
+  max_action_age_s      override the policy config's `runtime` settings
+Set use_sim_time with the twin, so observation ages are measured on the twin's clock.
+
+Subscribes joint_states and cameras/<name>/image_raw (the policy's cameras); publishes
+<group>_position_controller/commands and <gripper>_controller/commands; serves ~/start,
+~/stop and ~/reset (std_srvs/Trigger); reports inference latency, deadline misses and
+staleness on diagnostics once a second.
+"""
+
+from __future__ import annotations
+
+import yaml
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from r2s2r.contract import Topics
+from r2s2r.contract import convert, qos
+from r2s2r.nodes.runtime import run
+from r2s2r.policy import (JointLayout, ObservationAssembler, PolicyError, PolicyMetadata, PolicyRuntime,
+                          RuntimeConfig, load_policy, read_policy_config)
+from r2s2r.robots import get_robot
+
+CLOCK_MISMATCH_S = 60.0  # an observation this old is on another clock, not late
+
+RUNTIME_PARAMETERS = {
+    "max_observation_age_s": Parameter.Type.DOUBLE, "deadline_s": Parameter.Type.DOUBLE,
+    "on_deadline_miss": Parameter.Type.STRING, "ensemble_coefficient": Parameter.Type.DOUBLE,
+    "replan_steps": Parameter.Type.INTEGER, "max_action_age_s": Parameter.Type.DOUBLE,
+}
+
+
+class PolicyNode(Node):
+    def __init__(self, **node_options):
+        super().__init__("policy", **node_options)  # options: a test's context and parameter_overrides
+        self.declare_parameters("", [
+            ("robot", Parameter.Type.STRING), ("policy", Parameter.Type.STRING), ("policy_params", ""),
+            ("task", ""), ("command_rate_hz", 100.0), ("sync_tolerance_s", 0.05), ("autostart", False),
+            *RUNTIME_PARAMETERS.items(),
+        ])
+        robot_name, source = self._param("robot", ""), self._param("policy", "")
+        if not robot_name or not source:
+            raise ValueError("parameters 'robot' (a registered robot) and 'policy' (a policy URI or config file) "
+                             "are required")
+        self.robot = get_robot(robot_name)
+        config = read_policy_config(source)
+        params = self._policy_params()
+        self.policy = load_policy(config, PolicyMetadata.for_robot(self.robot), params)
+        runtime = dict(config.runtime)
+        runtime.update({k: v for k in RUNTIME_PARAMETERS if (v := self._param(k, None)) is not None})
+        self.runtime = PolicyRuntime(self.policy, RuntimeConfig.from_dict(runtime, f"{config.source}: runtime"))
+        metadata = self.policy.metadata
+        self.assembler = ObservationAssembler(metadata.observation, JointLayout.from_robot(self.robot),
+                                              self._param("sync_tolerance_s", 0.05), self._param("task", "") or None)
+        self.source = config.uri
+        self.running = False
+        self._observation_error = ""
+        self._reason = ""  # why the last command held ('' while following the policy)
+
+        self.create_subscription(JointState, Topics.JOINT_STATES, self._on_joints, qos.STATE)
+        for camera in metadata.observation.cameras:
+            self.create_subscription(Image, Topics.camera_image(camera),
+                                     lambda msg, c=camera: self._on_image(c, msg), qos.SENSOR)
+        self.pub_groups = {g: self.create_publisher(Float64MultiArray, Topics.position_commands(g), qos.COMMAND)
+                           for g in metadata.action.joints}
+        self.pub_grippers = {g: self.create_publisher(Float64MultiArray, Topics.gripper_commands(g), qos.COMMAND)
+                             for g in metadata.action.grippers}
+        self.pub_diag = self.create_publisher(DiagnosticArray, Topics.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.create_service(Trigger, "~/start", self._on_start)
+        self.create_service(Trigger, "~/stop", self._on_stop)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        rate = self._param("command_rate_hz", 100.0)
+        if rate <= 0:
+            raise ValueError(f"parameter 'command_rate_hz' is {rate}; expected a rate in Hz greater than 0")
+        self.create_timer(1.0 / rate, self._tick)
+        self.create_timer(1.0, self._publish_diagnostics)
+        if self._param("autostart", False):
+            self._start()
+        self.get_logger().info(
+            f"policy {self.source} for {self.robot.name}: observes {metadata.observation.describe()}"
+            f"{', cameras ' + ', '.join(metadata.observation.cameras) if metadata.observation.cameras else ''}; "
+            f"commands {metadata.action.describe()} at {rate:g} Hz from chunks of {metadata.chunk_length} at "
+            f"{metadata.control_rate_hz:g} Hz; {'running' if self.running else 'waiting for ~/start'}")
+
+    def _param(self, name, default):
+        try:
+            value = self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return default
+        return default if value is None else value
+
+    def _policy_params(self) -> dict:
+        text = self._param("policy_params", "")
+        if not text:
+            return {}
+        params = yaml.safe_load(text)
+        if not isinstance(params, dict):
+            raise ValueError(f"parameter 'policy_params' is {text!r}; expected a YAML mapping, e.g. "
+                             "\"{goal: {arm: [0, 0, 0, -2, 0, 2, 0.8]}}\"")
+        return params
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # -- inputs: bad data is reported, never raised into the executor ------------------------------
+    def _observation_failed(self, error: Exception) -> None:
+        if str(error) != self._observation_error:
+            self._observation_error = str(error)
+            self.get_logger().error(f"observation rejected: {error}")
+
+    def _on_joints(self, msg: JointState) -> None:
+        try:
+            self.assembler.add_joints(convert.joint_sample(msg))
+        except PolicyError as error:
+            self._observation_failed(error)
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            image = convert.image_array(msg)
+            if msg.encoding == "bgr8":
+                image = image[..., ::-1]
+            elif msg.encoding != "rgb8":
+                raise PolicyError(f"{Topics.camera_image(camera)} has encoding {msg.encoding}; expected rgb8 or bgr8")
+            self.assembler.add_image(camera, convert.from_time(msg.header.stamp), image)
+        except (PolicyError, ValueError) as error:
+            self._observation_failed(error)
+
+    # -- services -----------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.runtime.reset()
+        self.running = True
+
+    def _on_start(self, request, response: Trigger.Response):
+        self._start()
+        response.success, response.message = True, f"started {self.source}"
+        return response
+
+    def _on_stop(self, request, response: Trigger.Response):
+        self.running = False
+        response.success, response.message = True, "stopped: no commands are sent; the driver holds its last target"
+        return response
+
+    def _on_reset(self, request, response: Trigger.Response):
+        self.runtime.reset()
+        response.success, response.message = True, "policy reset: chunks and episode state cleared"
+        return response
+
+    # -- the control tick ---------------------------------------------------------------------------
+    def _tick(self) -> None:
+        if not self.running:
+            return
+        command = self.runtime.step(self._now(), self.assembler.latest())
+        if command is None:
+            return
+        for group, values in command.joints.items():
+            self.pub_groups[group].publish(convert.float_array_msg(values, group))
+        for gripper, opening in command.grippers.items():
+            self.pub_grippers[gripper].publish(convert.float_array_msg([opening], gripper))
+        self._reason = command.reason
+
+    def _publish_diagnostics(self) -> None:
+        stats = self.runtime.stats
+        p50, p99 = stats.latency_percentiles()
+        level, message = convert.OK, "running" if self.running else "stopped (call ~/start)"
+        if self.running and self._reason:
+            level = convert.ERROR if self.runtime.fault else convert.WARN
+            message = f"holding: {self._reason}"
+        elif self._observation_error:
+            level, message = convert.WARN, f"observation rejected: {self._observation_error}"
+        if abs(stats.observation_age_s) > CLOCK_MISMATCH_S:
+            level = convert.ERROR
+            message = (f"observations are {stats.observation_age_s:.0f} s old: joint_states are stamped on another "
+                       "clock (set use_sim_time in front of the twin)")
+        values = {
+            "policy": self.source, "robot": self.robot.name, "running": self.running,
+            "inferences": stats.inferences, "latency_p50_ms": f"{p50 * 1e3:.2f}", "latency_p99_ms": f"{p99 * 1e3:.2f}",
+            "deadline_misses": stats.deadline_misses, "discarded_late_results": stats.discarded,
+            "stale_observations": stats.stale_observations, "observation_age_ms": f"{stats.observation_age_s * 1e3:.1f}",
+            "errors": stats.errors, "last_error": stats.last_error, "sync_dropped": self.assembler.dropped,
+        }
+        status = convert.diagnostic_status(f"r2s2r/policy/{self.get_name()}", self.source, level, message, values)
+        self.pub_diag.publish(convert.diagnostic_array([status], self._now()))
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+def main(args=None) -> int:
+    return run(PolicyNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
