@@ -1,4 +1,5 @@
-"""Scene description: the robot, a table, objects, cameras and lights, read from YAML.
+"""Scene description: the robot, a table, objects, fixtures (sim/fixtures.py), cameras and
+lights, read from YAML.
 
 Sizes are full extents in metres (a box's size is its width, depth and height), poses are
 in the world frame (z up, the table top at z = table.height), angles in radians.
@@ -12,6 +13,7 @@ from pathlib import Path
 from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.robots import CameraSpec, UnknownRobotError, get_robot
+from r2s2r.sim.fixtures import FixtureSpec, parse_fixture
 
 SHAPES = ("box", "cylinder", "sphere", "capsule")
 _SIZE_LENGTHS = {"box": 3, "cylinder": 2, "sphere": 1, "capsule": 2}
@@ -62,7 +64,8 @@ class Scene:
     timestep: float = 0.001
     table: TableSpec | None = field(default_factory=TableSpec)
     objects: tuple[ObjectSpec, ...] = ()
-    cameras: tuple[CameraSpec, ...] = ()  # in addition to the robot's own cameras
+    fixtures: tuple[FixtureSpec, ...] = ()  # furniture welded to the world (sim/fixtures.py)
+    cameras: tuple[CameraSpec, ...] = ()  # in addition to the robot's own cameras, or replacing one by name
     lights: tuple[LightSpec, ...] = (LightSpec("key"),)
     robot_cameras: bool = True
     shadows: bool = False  # shadows cost about two thirds of a CPU frame
@@ -74,22 +77,55 @@ class Scene:
 
     def all_cameras(self) -> tuple[CameraSpec, ...]:
         own = get_robot(self.robot).cameras if self.robot_cameras else ()
-        return tuple(own) + tuple(self.cameras)
+        overridden = {c.name for c in self.cameras}
+        return tuple(c for c in own if c.name not in overridden) + tuple(self.cameras)
 
 
-def _camera(sec: Section, default_name: str | None = None) -> CameraSpec:
+def _camera(sec: Section, base: CameraSpec | None = None) -> CameraSpec:
+    """A camera entry; with `base` (the camera it overrides) every field defaults to base's."""
     sec.reject_unknown({"name", "width", "height", "fovy", "pos", "lookat", "quat", "parent"})
     lookat = sec.vector("lookat", 3, default=None) if sec.has("lookat") else None
     quat = sec.vector("quat", 4, default=None) if sec.has("quat") else None
     if lookat is None and quat is None:
-        raise sec.error("lookat", "a point to look at ([x, y, z]) or a quat ([w, x, y, z])")
-    return CameraSpec(name=sec.string("name", default_name or ...),
-                      width=sec.integer("width", 320, minimum=16), height=sec.integer("height", 240, minimum=16),
-                      fovy=sec.number("fovy", 60.0, minimum=1.0, maximum=179.0), pos=sec.vector("pos", 3),
-                      lookat=lookat, quat=quat, parent=sec.string("parent", None) if sec.has("parent") else None)
+        if base is None:
+            raise sec.error("lookat", "a point to look at ([x, y, z]) or a quat ([w, x, y, z])")
+        lookat, quat = base.lookat, base.quat
+    parent = base.parent if base is not None else None
+    if sec.has("parent"):  # null: the world
+        parent = sec.string("parent") if sec.raw("parent") is not None else None
+    return CameraSpec(name=sec.string("name"),
+                      width=sec.integer("width", base.width if base else 320, minimum=16),
+                      height=sec.integer("height", base.height if base else 240, minimum=16),
+                      fovy=sec.number("fovy", base.fovy if base else 60.0, minimum=1.0, maximum=179.0),
+                      pos=sec.vector("pos", 3, base.pos if base else ...), lookat=lookat, quat=quat, parent=parent)
 
 
-def _object(sec: Section) -> ObjectSpec:
+def _scene_file(source: str, path: str) -> Path:
+    """A file named in a scene: relative to the scene's own folder, else as paths.resolve finds it."""
+    beside = Path(source).parent / path
+    return beside if not Path(path).is_absolute() and beside.is_file() else paths.resolve(path)
+
+
+def _apply_camera_extrinsics(top: Section, cameras: list[CameraSpec], robot_cameras: dict[str, CameraSpec]) -> None:
+    """Poses from a camera-extrinsics file (what `r2s2r calibrate handeye` writes) replace those of
+    the scene's or the robot's cameras of the same name."""
+    path = _scene_file(str(top.source), top.string("camera_extrinsics"))
+    extrinsics = Section(load_yaml(path), str(path))
+    extrinsics.reject_unknown({"cameras"})
+    for sec in extrinsics.sections("cameras"):
+        known = robot_cameras | {c.name: c for c in cameras}
+        name = sec.string("name")
+        if name not in known:
+            raise sec.error("name", "a camera of the scene or the robot: " + ", ".join(sorted(known)), name)
+        camera = _camera(sec, known[name])
+        index = next((i for i, c in enumerate(cameras) if c.name == name), None)
+        if index is None:
+            cameras.append(camera)
+        else:
+            cameras[index] = camera
+
+
+def parse_object(sec: Section) -> ObjectSpec:
     sec.reject_unknown({"name", "shape", "size", "mass", "friction", "rgba", "pos", "yaw", "quat", "fixed"})
     shape = sec.string("shape", choices=SHAPES)
     size = sec.vector("size", _SIZE_LENGTHS[shape], positive=True)
@@ -109,8 +145,8 @@ def _object(sec: Section) -> ObjectSpec:
 
 def parse_scene(data: dict, source: str = "<scene>") -> Scene:
     top = Section(data, source)
-    top.reject_unknown({"robot", "timestep", "table", "objects", "cameras", "lights", "robot_cameras",
-                        "shadows", "seed"})
+    top.reject_unknown({"robot", "timestep", "table", "objects", "fixtures", "cameras", "camera_extrinsics", "lights",
+                        "robot_cameras", "shadows", "seed"})
     robot = top.string("robot")
     try:
         get_robot(robot)
@@ -124,20 +160,26 @@ def parse_scene(data: dict, source: str = "<scene>") -> Scene:
         table = TableSpec(size=t.vector("size", 3, d.size, positive=True), center=t.vector("center", 2, d.center),
                           height=t.number("height", d.height), friction=t.number("friction", d.friction, positive=True),
                           rgba=t.vector("rgba", 4, d.rgba))
-    objects = tuple(_object(s) for s in top.sections("objects"))
-    cameras = tuple(_camera(s) for s in top.sections("cameras"))
+    objects = tuple(parse_object(s) for s in top.sections("objects"))
+    fixtures = tuple(parse_fixture(s) for s in top.sections("fixtures"))
+    # A scene camera named like one of the robot's overrides it (pose, resolution, field of view).
+    robot_cameras = {c.name: c for c in get_robot(robot).cameras}
+    cameras = [_camera(s, robot_cameras.get(s.raw("name", None))) for s in top.sections("cameras")]
+    if top.has("camera_extrinsics"):
+        _apply_camera_extrinsics(top, cameras, robot_cameras)
+    cameras = tuple(cameras)
     lights = []
     for s in top.sections("lights"):
         s.reject_unknown({"name", "pos", "dir", "diffuse", "castshadow"})
         d = LightSpec("light")
         lights.append(LightSpec(s.string("name"), s.vector("pos", 3, d.pos), s.vector("dir", 3, d.dir),
                                 s.vector("diffuse", 3, d.diffuse), s.boolean("castshadow", d.castshadow)))
-    names = [o.name for o in objects] + [c.name for c in cameras]
+    names = [o.name for o in objects] + [f.name for f in fixtures] + [c.name for c in cameras]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise top.error("objects", "unique object and camera names", duplicates)
+        raise top.error("objects", "unique object, fixture and camera names", duplicates)
     return Scene(robot=robot, timestep=top.number("timestep", 0.001, positive=True, maximum=0.01),
-                 table=table, objects=objects, cameras=cameras,
+                 table=table, objects=objects, fixtures=fixtures, cameras=cameras,
                  lights=tuple(lights) if top.has("lights") else Scene.lights,
                  robot_cameras=top.boolean("robot_cameras", True), shadows=top.boolean("shadows", False),
                  seed=top.integer("seed", 0, minimum=0), source=source)
@@ -158,4 +200,4 @@ def default_scene(robot: str) -> Scene:
 
 
 __all__ = ["Scene", "ObjectSpec", "TableSpec", "LightSpec", "ConfigError", "load_scene", "parse_scene",
-           "default_scene", "SHAPES"]
+           "parse_object", "default_scene", "SHAPES"]

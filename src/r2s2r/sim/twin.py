@@ -14,6 +14,7 @@ import numpy as np
 from r2s2r.contract.types import JointSample
 from r2s2r.robots import get_robot
 from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpos
+from r2s2r.sim.fixtures import add_fixture
 from r2s2r.sim.scene import ObjectSpec, Scene
 
 _GEOM = {"box": mujoco.mjtGeom.mjGEOM_BOX, "cylinder": mujoco.mjtGeom.mjGEOM_CYLINDER,
@@ -81,6 +82,8 @@ def build_scene_spec(scene: Scene, privileged_sensors: bool = True) -> mujoco.Mj
             body.add_freejoint(name=f"{obj.name}_free")
         body.add_geom(name=obj.name, type=_GEOM[obj.shape], size=_geom_size(obj), mass=obj.mass,
                       rgba=list(obj.rgba), friction=[obj.friction, 0.005, 0.0001], condim=4)
+    for fixture in scene.fixtures:
+        add_fixture(world, fixture)
     for cam in scene.cameras:
         parent = world if cam.parent is None else spec.body(cam.parent)
         if parent is None:

@@ -1,0 +1,485 @@
+"""Perturbation spaces: named factors a trial can vary, read from YAML, each mapped to [0, 1].
+
+A space is a list of factors. A factor has a `kind` (what it changes), a `target` (which
+object, fixture, camera, light or joint) and either a `range: [low, high]` (optionally
+`log: true`) or `choices: [...]`. A point of the space is a dict of factor name -> value in
+the factor's own units; a factor left out keeps its nominal value. `from_unit` / `to_unit`
+map a point of the unit cube (one coordinate per factor, in the order of the file) to values
+and back, which is what samplers and boundary search work in.
+
+    factors:
+      - {name: block_x, kind: object_x, target: block, range: [-0.1, 0.3]}
+      - {name: block_friction, kind: object_friction, target: block, range: [0.02, 1.5], log: true}
+      - {name: block_colour, kind: object_color, target: block, choices: [[0.85, 0.15, 0.12, 1], red, green]}
+
+Kinds, their units and the value that changes nothing (the nominal, unless `nominal:` says):
+
+| kind | target | value | nominal |
+|---|---|---|---|
+| object_x, object_y | object | offset of its position, m | 0 |
+| object_yaw | object | rotation about the vertical, rad | 0 |
+| object_scale | object | scale of every extent; mass follows the volume; it stays on its support | 1 |
+| object_mass_scale | object | density multiplier | 1 |
+| object_friction | object | sliding friction coefficient (also against the fingers: see eval.tasks) | the scene's |
+| object_color, table_color, fixture_color | object / - / fixture | index into `choices` (RGBA or names) | 0 * |
+| fixture_x, fixture_y, fixture_yaw | fixture | offset, m / rad | 0 |
+| door_angle | hinged_box fixture | initial door opening, rad | the scene's |
+| table_friction | - | sliding friction coefficient of the table | the scene's |
+| joint_offset | joint | offset of the initial joint position, rad | 0 |
+| camera_x, camera_y, camera_z | camera | offset of its position (parent frame), m | 0 |
+| camera_roll, camera_pitch, camera_yaw | camera | rotation about its optical axis / right / up axis, rad | 0 |
+| light_intensity | light | diffuse scale | 1 |
+| light_tilt | light | tilt of its direction away from the nominal, rad | 0 |
+| light_azimuth | light | the direction of that tilt about the vertical, rad | 0 |
+| distractors | - | how many of the factor's `objects:` are added (integer) | 0 |
+| actuator_gain | - | scale of every arm actuator's stiffness and damping | 1 |
+| command_latency | - | delay of every command, s | 0 |
+
+* `nominal:` may pick another index; the nominal choice must be the scene's own colour.
+
+Scene factors are applied by `apply(scene, values)`; run-time ones (joint offsets, gains,
+latency) come out of `runtime(values)` and are applied by `apply_runtime(twin, settings)` and
+`CommandDelay`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import mujoco
+import numpy as np
+
+from r2s2r import paths
+from r2s2r.config import ConfigError, Section, load_yaml
+from r2s2r.robots import CameraSpec, get_robot
+from r2s2r.robots.model import look_at_quat
+from r2s2r.sim.scene import ObjectSpec, Scene, parse_object
+
+COLOURS = {
+    "red": (0.85, 0.15, 0.12, 1.0), "green": (0.2, 0.7, 0.25, 1.0), "blue": (0.15, 0.3, 0.85, 1.0),
+    "yellow": (0.95, 0.85, 0.15, 1.0), "orange": (0.95, 0.5, 0.1, 1.0), "purple": (0.55, 0.25, 0.7, 1.0),
+    "white": (0.92, 0.92, 0.92, 1.0), "grey": (0.5, 0.5, 0.5, 1.0), "black": (0.08, 0.08, 0.08, 1.0),
+    "brown": (0.55, 0.42, 0.3, 1.0), "wood": (0.55, 0.42, 0.3, 1.0), "dark_wood": (0.33, 0.22, 0.14, 1.0),
+}
+
+# kind -> (what its target names, how its value acts: an offset, a scale, a value, a choice, a count)
+_OFFSET, _SCALE, _ABSOLUTE, _CHOICE, _COUNT = "offset", "scale", "absolute", "choice", "count"
+KINDS: dict[str, tuple[str | None, str]] = {
+    "object_x": ("object", _OFFSET), "object_y": ("object", _OFFSET), "object_yaw": ("object", _OFFSET),
+    "object_scale": ("object", _SCALE), "object_mass_scale": ("object", _SCALE),
+    "object_friction": ("object", _ABSOLUTE), "object_color": ("object", _CHOICE),
+    "fixture_x": ("fixture", _OFFSET), "fixture_y": ("fixture", _OFFSET), "fixture_yaw": ("fixture", _OFFSET),
+    "fixture_color": ("fixture", _CHOICE), "door_angle": ("door", _ABSOLUTE),
+    "table_color": (None, _CHOICE), "table_friction": (None, _ABSOLUTE),
+    "joint_offset": ("joint", _OFFSET),
+    "camera_x": ("camera", _OFFSET), "camera_y": ("camera", _OFFSET), "camera_z": ("camera", _OFFSET),
+    "camera_roll": ("camera", _OFFSET), "camera_pitch": ("camera", _OFFSET), "camera_yaw": ("camera", _OFFSET),
+    "light_intensity": ("light", _SCALE), "light_tilt": ("light", _OFFSET), "light_azimuth": ("light", _OFFSET),
+    "distractors": (None, _COUNT), "actuator_gain": (None, _SCALE), "command_latency": (None, _OFFSET),
+}
+RUNTIME_KINDS = ("joint_offset", "actuator_gain", "command_latency")
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str
+    kind: str
+    target: str | None
+    low: float
+    high: float
+    nominal: float
+    log: bool = False
+    choices: tuple[tuple[float, ...], ...] = ()  # choice factors: the values an index picks
+    objects: tuple[ObjectSpec, ...] = ()  # distractors: the objects a count adds, in order
+
+    @property
+    def discrete(self) -> bool:
+        return bool(self.choices) or self.kind == "distractors"
+
+    @property
+    def levels(self) -> int:
+        """How many values a discrete factor takes."""
+        return len(self.choices) if self.choices else int(self.high - self.low) + 1
+
+    def from_unit(self, u: float) -> float:
+        u = min(max(float(u), 0.0), 1.0)
+        if self.discrete:
+            return self.low + min(int(u * self.levels), self.levels - 1)
+        if self.log:
+            return float(self.low * (self.high / self.low) ** u)
+        return float(self.low + u * (self.high - self.low))
+
+    def to_unit(self, value: float) -> float:
+        if self.discrete:
+            return (value - self.low + 0.5) / self.levels
+        if self.high == self.low:
+            return 0.5
+        if self.log:
+            return math.log(value / self.low) / math.log(self.high / self.low)
+        return (value - self.low) / (self.high - self.low)
+
+    def check(self, value: Any, source: str) -> float:
+        expected = (f"an integer from {self.low:g} to {self.high:g}" if self.discrete
+                    else f"a number from {self.low:g} to {self.high:g}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value):
+            raise ConfigError(source, self.name, expected, value)
+        value = float(value)
+        if not self.low - 1e-12 <= value <= self.high + 1e-12 or (self.discrete and value != round(value)):
+            raise ConfigError(source, self.name, expected, value)
+        return value
+
+
+def _colour(sec: Section, key: str, value: Any) -> tuple[float, ...]:
+    if isinstance(value, str):
+        if value not in COLOURS:
+            raise sec.error(key, "a colour name (" + ", ".join(sorted(COLOURS)) + ") or [r, g, b, a]", value)
+        return COLOURS[value]
+    ok = isinstance(value, (list, tuple)) and len(value) in (3, 4) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in value)
+    if not ok:
+        raise sec.error(key, "a colour name or [r, g, b] / [r, g, b, a] with entries in [0, 1]", value)
+    return tuple(float(v) for v in value) + ((1.0,) if len(value) == 3 else ())
+
+
+class PerturbationSpace:
+    """Named factors over a scene; see the module docstring for the YAML and the kinds."""
+
+    def __init__(self, factors: tuple[Factor, ...], scene: Scene, source: str = "<perturbations>"):
+        self.factors = factors
+        self.scene = scene
+        self.source = source
+        self._by_name = {f.name: f for f in factors}
+
+    # -- the space ------------------------------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.factors)
+
+    @property
+    def dim(self) -> int:
+        return len(self.factors)
+
+    def factor(self, name: str) -> Factor:
+        if name not in self._by_name:
+            raise KeyError(f"{self.source}: no factor {name!r}; factors: {', '.join(self.names) or 'none'}")
+        return self._by_name[name]
+
+    def nominal(self) -> dict[str, float]:
+        return {f.name: f.nominal for f in self.factors}
+
+    def from_unit(self, u) -> dict[str, float]:
+        u = np.asarray(u, float).ravel()
+        if u.shape != (self.dim,):
+            raise ValueError(f"{self.source}: a point of the unit cube has {self.dim} coordinates "
+                             f"({', '.join(self.names)}), got {u.size}")
+        return {f.name: f.from_unit(x) for f, x in zip(self.factors, u)}
+
+    def to_unit(self, values: Mapping[str, float]) -> np.ndarray:
+        full = self.complete(values)
+        return np.array([f.to_unit(full[f.name]) for f in self.factors])
+
+    def complete(self, values: Mapping[str, float] | None) -> dict[str, float]:
+        """Every factor's value: those given (checked against their range), the rest nominal."""
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(self._by_name))
+        if unknown:
+            raise ConfigError(self.source, ", ".join(unknown), "factors of this space: " + ", ".join(self.names),
+                              "unknown factor")
+        return {f.name: f.check(values[f.name], f"{self.source} (perturbation)") if f.name in values
+                else f.nominal for f in self.factors}
+
+    def describe(self, values: Mapping[str, float]) -> dict[str, Any]:
+        """Values as a person reads them: choice factors as their RGBA, counts as integers."""
+        out = {}
+        for name, value in self.complete(values).items():
+            f = self._by_name[name]
+            out[name] = list(f.choices[int(value)]) if f.choices else (int(value) if f.discrete else value)
+        return out
+
+    # -- applying it ----------------------------------------------------------------------------
+    def apply(self, scene: Scene, values: Mapping[str, float] | None) -> Scene:
+        """The scene with every given factor that changes the scene applied; factors at their
+        nominal value change nothing, so apply(scene, nominal()) == scene."""
+        values = self.complete(values)
+        changed = {(f.kind, f.target): (f, values[f.name]) for f in self.factors
+                   if f.kind not in RUNTIME_KINDS and values[f.name] != _identity(f)}
+        return _apply(scene, changed) if changed else scene
+
+    def runtime(self, values: Mapping[str, float] | None) -> dict:
+        """What is applied outside the scene: `actuator_gain_scale` and `initial_joint_offsets`
+        (joint -> rad) by apply_runtime (Task.start), `command_latency_s` by the runner's CommandDelay."""
+        values = self.complete(values)
+        settings = {"actuator_gain_scale": 1.0, "command_latency_s": 0.0, "initial_joint_offsets": {}}
+        for f in self.factors:
+            if f.kind == "actuator_gain":
+                settings["actuator_gain_scale"] = values[f.name]
+            elif f.kind == "command_latency":
+                settings["command_latency_s"] = values[f.name]
+            elif f.kind == "joint_offset":
+                settings["initial_joint_offsets"][f.target] = values[f.name]
+        return settings
+
+
+def _identity(f: Factor) -> float:
+    """The value at which a factor leaves the scene as it is."""
+    kind = KINDS[f.kind][1]
+    if kind == _OFFSET or kind == _COUNT:
+        return 0.0
+    if kind == _SCALE:
+        return 1.0
+    return f.nominal  # absolute values and choices: the scene's own (checked when read)
+
+
+def _yaw_quat(angle: float) -> np.ndarray:
+    return np.array([math.cos(angle / 2), 0.0, 0.0, math.sin(angle / 2)])
+
+
+def _mul(a, b) -> np.ndarray:
+    out = np.empty(4)
+    mujoco.mju_mulQuat(out, np.asarray(a, float), np.asarray(b, float))
+    return out
+
+
+def _axis_quat(axis, angle: float) -> np.ndarray:
+    axis = np.asarray(axis, float)
+    return np.concatenate([[math.cos(angle / 2)], math.sin(angle / 2) * axis / np.linalg.norm(axis)])
+
+
+def _resting_z(obj: ObjectSpec, new_half_height: float) -> float:
+    """Keep the bottom where it was (on the table, in a container) as the object grows or shrinks."""
+    return obj.pos[2] - obj.half_height + new_half_height
+
+
+def _apply(scene: Scene, changed: dict[tuple[str, str | None], tuple[Factor, float]]) -> Scene:
+    def get(kind, target, default):
+        return changed[(kind, target)][1] if (kind, target) in changed else default
+
+    def colour(kind, target, default):
+        if (kind, target) not in changed:
+            return default
+        factor, index = changed[(kind, target)]
+        return factor.choices[int(index)]
+
+    objects = []
+    for obj in scene.objects:
+        n = obj.name
+        scale = get("object_scale", n, 1.0)
+        resized = replace(obj, size=tuple(s * scale for s in obj.size))
+        yaw = get("object_yaw", n, 0.0)
+        objects.append(replace(
+            resized, pos=(obj.pos[0] + get("object_x", n, 0.0), obj.pos[1] + get("object_y", n, 0.0),
+                          _resting_z(obj, resized.half_height)),
+            quat=tuple(float(q) for q in _mul(_yaw_quat(yaw), obj.quat)) if yaw else obj.quat,
+            rgba=colour("object_color", n, obj.rgba),
+            mass=obj.mass * scale ** 3 * get("object_mass_scale", n, 1.0),
+            friction=get("object_friction", n, obj.friction)))
+    if ("distractors", None) in changed:
+        factor, count = changed[("distractors", None)]
+        objects.extend(factor.objects[:int(count)])
+
+    fixtures = tuple(replace(
+        fx, pos=(fx.pos[0] + get("fixture_x", fx.name, 0.0), fx.pos[1] + get("fixture_y", fx.name, 0.0), fx.pos[2]),
+        yaw=fx.yaw + get("fixture_yaw", fx.name, 0.0), door_angle=get("door_angle", fx.name, fx.door_angle),
+        rgba=colour("fixture_color", fx.name, fx.rgba)) for fx in scene.fixtures)
+
+    table = scene.table
+    if table is not None:
+        table = replace(table, friction=get("table_friction", None, table.friction),
+                        rgba=colour("table_color", None, table.rgba))
+
+    cameras = list(scene.cameras)
+    for name in sorted({target for kind, target in changed if kind.startswith("camera_")}):
+        base = next(c for c in scene.all_cameras() if c.name == name)
+        moved = _jitter_camera(base, {axis: get(f"camera_{axis}", name, 0.0)
+                                      for axis in ("x", "y", "z", "roll", "pitch", "yaw")})
+        index = next((i for i, c in enumerate(cameras) if c.name == name), None)
+        if index is None:
+            cameras.append(moved)
+        else:
+            cameras[index] = moved
+
+    lights = []
+    for light in scene.lights:
+        n = light.name
+        gain = get("light_intensity", n, 1.0)
+        tilt, azimuth = get("light_tilt", n, 0.0), get("light_azimuth", n, 0.0)
+        direction = np.asarray(light.dir, float)
+        if tilt:
+            axis = (math.sin(azimuth), -math.cos(azimuth), 0.0)  # tips the direction toward the azimuth
+            rot = np.empty(9)
+            mujoco.mju_quat2Mat(rot, _axis_quat(axis, tilt))
+            direction = rot.reshape(3, 3) @ direction
+        lights.append(replace(light, diffuse=tuple(min(1.0, c * gain) for c in light.diffuse),
+                              dir=tuple(float(v) for v in direction)))
+    return replace(scene, objects=tuple(objects), fixtures=fixtures, table=table, cameras=tuple(cameras),
+                   lights=tuple(lights))
+
+
+def _jitter_camera(cam: CameraSpec, jitter: dict[str, float]) -> CameraSpec:
+    quat = np.asarray(cam.quat, float) if cam.quat is not None else look_at_quat(cam.pos, cam.lookat)
+    # Camera frame: x right, y up, z out of the lens (it looks along -z).
+    for axis, key in (((0, 0, 1), "roll"), ((1, 0, 0), "pitch"), ((0, 1, 0), "yaw")):
+        if jitter.get(key):
+            quat = _mul(quat, _axis_quat(axis, jitter[key]))
+    pos = tuple(p + jitter.get(a, 0.0) for p, a in zip(cam.pos, "xyz"))
+    return replace(cam, pos=pos, quat=tuple(float(q) for q in quat), lookat=None)
+
+
+# -- reading -------------------------------------------------------------------------------------
+def _targets(scene: Scene) -> dict[str, list[str]]:
+    robot = get_robot(scene.robot)
+    return {"object": [o.name for o in scene.objects], "fixture": [f.name for f in scene.fixtures],
+            "door": [f.name for f in scene.fixtures if f.kind == "hinged_box"],
+            "camera": [c.name for c in scene.all_cameras()], "light": [lt.name for lt in scene.lights],
+            "joint": list(robot.joint_names)}
+
+
+def _scene_value(kind: str, target: str | None, scene: Scene) -> float:
+    if kind == "object_friction":
+        return next(o.friction for o in scene.objects if o.name == target)
+    if kind == "door_angle":
+        return next(f.door_angle for f in scene.fixtures if f.name == target)
+    return scene.table.friction  # table_friction
+
+
+def _scene_colour(kind: str, target: str | None, scene: Scene) -> tuple[float, ...]:
+    if kind == "object_color":
+        return next(o.rgba for o in scene.objects if o.name == target)
+    if kind == "fixture_color":
+        return next(f.rgba for f in scene.fixtures if f.name == target)
+    return scene.table.rgba
+
+
+def _factor(sec: Section, scene: Scene, taken: set[str]) -> Factor:
+    kind = sec.string("kind", choices=tuple(KINDS))
+    target_type, value_type = KINDS[kind]
+    keys = {"name", "kind", "target", "nominal", "description"}
+    keys |= {"choices"} if value_type == _CHOICE else {"range", "log"}
+    if kind == "distractors":
+        keys |= {"objects"}
+    sec.reject_unknown(keys)
+    name = sec.string("name")
+    if name in taken:
+        raise sec.error("name", "a factor name not used before in this space", name)
+    target = None
+    if target_type is not None:
+        known = _targets(scene)[target_type]
+        target = sec.string("target")
+        if target not in known:
+            article = "an" if target_type[0] in "aeiou" else "a"
+            raise sec.error("target", f"{article} {target_type} of the scene: " + (", ".join(known) or "none"), target)
+    elif kind in ("table_color", "table_friction") and scene.table is None:
+        raise sec.error("kind", "a kind that applies to this scene (it has no table)", kind)
+    if value_type == _CHOICE:
+        raw = sec.raw("choices")
+        if not isinstance(raw, list) or not raw:
+            raise sec.error("choices", "a non-empty list of colours (names or [r, g, b, a])", raw)
+        choices = tuple(_colour(sec, f"choices[{i}]", v) for i, v in enumerate(raw))
+        factor = Factor(name, kind, target, 0.0, float(len(choices) - 1), 0.0, choices=choices)
+        nominal = sec.integer("nominal", 0, minimum=0)
+        if nominal >= len(choices):
+            raise sec.error("nominal", f"an index into choices (0 to {len(choices) - 1})", nominal)
+        own = _scene_colour(kind, target, scene)
+        if not np.allclose(choices[nominal], own):
+            raise sec.error(f"choices[{nominal}]", f"the scene's own colour {list(own)} (the nominal choice)",
+                            list(choices[nominal]))
+        return replace(factor, nominal=float(nominal))
+    low, high = sec.vector("range", 2)
+    if low > high:
+        raise sec.error("range", "[low, high] with low <= high", [low, high])
+    log = sec.boolean("log", False)
+    if log and low <= 0:
+        raise sec.error("range", "a positive range for a log-scaled factor", [low, high])
+    objects: tuple[ObjectSpec, ...] = ()
+    if kind == "distractors":
+        if low != round(low) or high != round(high) or low < 0:
+            raise sec.error("range", "whole numbers of distractors [low, high], low >= 0", [low, high])
+        objects = tuple(parse_object(s) for s in sec.sections("objects"))
+        if len(objects) < high:
+            raise sec.error("objects", f"at least {high:g} objects (the range's high end)", len(objects))
+        clash = sorted({o.name for o in objects} & ({o.name for o in scene.objects} | {f.name for f in scene.fixtures}))
+        if clash:
+            raise sec.error("objects", "names not already in the scene", clash)
+    default = {_OFFSET: 0.0, _SCALE: 1.0, _COUNT: low}.get(value_type)
+    if value_type == _ABSOLUTE:
+        default = _scene_value(kind, target, scene)
+    nominal = sec.number("nominal", default)
+    if not low <= nominal <= high:
+        raise sec.error("nominal" if sec.has("nominal") else "range",
+                        f"a range that holds the nominal value {nominal:g}", [low, high])
+    return Factor(name, kind, target, low, high, nominal, log, objects=objects)
+
+
+def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> PerturbationSpace:
+    top = Section(data, source)
+    top.reject_unknown({"factors", "description", "task"})
+    factors: list[Factor] = []
+    for sec in top.sections("factors"):
+        factor = _factor(sec, scene, {f.name for f in factors})
+        twin = next((f for f in factors if (f.kind, f.target) == (factor.kind, factor.target)), None)
+        if twin is not None:
+            raise sec.error("kind", f"a kind and target no other factor has ({twin.name} is {factor.kind} of "
+                                    f"{factor.target or 'the scene'})", factor.kind)
+        factors.append(factor)
+    return PerturbationSpace(tuple(factors), scene, source)
+
+
+def load_space(path: str | Path, scene: Scene) -> PerturbationSpace:
+    """A PerturbationSpace over `scene` from YAML; errors name the file, the key and what was expected."""
+    resolved = paths.resolve(path)
+    return parse_space(load_yaml(resolved), scene, str(resolved))
+
+
+# -- run-time settings ---------------------------------------------------------------------------
+def apply_runtime(twin, settings: Mapping[str, Any]) -> None:
+    """Actuator gains and initial joint positions of a freshly reset twin. Idempotent: gains
+    are set from the RobotSpec, joints from its home pose, so calling it twice changes nothing."""
+    robot, model, data = twin.robot, twin.model, twin.data
+    scale = float(settings.get("actuator_gain_scale", 1.0))
+    for group in robot.groups:
+        for k, joint in enumerate(group.joints):
+            act = model.actuator(joint).id
+            model.actuator_gainprm[act, 0] = group.kp[k] * scale
+            model.actuator_biasprm[act, 1] = -group.kp[k] * scale
+            model.actuator_biasprm[act, 2] = -group.kv[k] * scale
+    offsets = settings.get("initial_joint_offsets", {})
+    if offsets:
+        limits = robot.limits
+        for name, offset in offsets.items():
+            i = robot.joint_names.index(name)
+            value = float(np.clip(robot.home[name] + offset, limits.lower[i], limits.upper[i]))
+            data.qpos[model.joint(name).qposadr[0]] = value
+            data.qvel[model.joint(name).dofadr[0]] = 0.0
+            data.ctrl[model.actuator(name).id] = value
+        mujoco.mj_forward(model, data)
+
+
+@dataclass
+class CommandDelay:
+    """Commands take effect `latency_s` after they were issued (transport, controller latency).
+
+    push(now, command) queues one; due(now) returns, oldest first, those whose time has come."""
+
+    latency_s: float = 0.0
+    _queue: deque = field(default_factory=deque)
+
+    def push(self, now: float, command: Any) -> None:
+        self._queue.append((now + self.latency_s, command))
+
+    def due(self, now: float) -> list:
+        out = []
+        while self._queue and self._queue[0][0] <= now + 1e-9:
+            out.append(self._queue.popleft()[1])
+        return out
+
+    def clear(self) -> None:
+        self._queue.clear()
+
+
+__all__ = ["PerturbationSpace", "Factor", "KINDS", "RUNTIME_KINDS", "COLOURS", "parse_space", "load_space",
+           "apply_runtime", "CommandDelay"]

@@ -1,0 +1,70 @@
+"""A minimal in-process trial loop for tests of tasks and experts: SimHardware + ControlLoop +
+PolicyRuntime (synchronous) + Task, with the task's command latency applied. What the
+evaluation engine's trial runner does, without its store, pool or reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from r2s2r.eval.tasks import Outcome, Task
+from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.sim import SimHardware
+from r2s2r.policy import Observation, PolicyRuntime, RuntimeConfig, load_policy
+from r2s2r.policy.observation import JointLayout
+from r2s2r.search.perturbations import CommandDelay
+
+
+@dataclass
+class Trial:
+    outcome: Outcome
+    twin: object
+    policy: object
+    loop: ControlLoop
+    rejected: int  # commands the controller refused
+
+
+def observe(task: Task, loop: ControlLoop, layout: JointLayout) -> Observation:
+    twin = loop.hardware.twin
+    joints, grippers = layout.split(loop.sample())
+    return Observation(twin.time, joints, grippers, objects=task.object_poses(twin))
+
+
+def run_trial(task: Task, perturbation: dict | None = None, seed: int = 0, policy=None,
+              time_limit_s: float | None = None, control_rate_hz: float = 500.0) -> Trial:
+    """One trial of `policy` (default: the task's expert). The twin's control loop runs at the
+    robot's rate, at most `control_rate_hz` (the FR3's is 1 kHz; half of it keeps tests quick)."""
+    task.new_episode(perturbation)
+    hardware = SimHardware(task.scene(perturbation), seed=seed)
+    hardware.connect()
+    loop = ControlLoop(hardware, min(control_rate_hz, hardware.robot.control_rate_hz))
+    twin = hardware.twin
+    task.start(twin)
+    loop.hold_here()
+    policy = policy or load_policy(task.expert)
+    runtime = PolicyRuntime(policy, RuntimeConfig(asynchronous=False, replan_steps=1))
+    runtime.reset()
+    delay = CommandDelay(task.runtime(perturbation)["command_latency_s"])
+    layout = JointLayout.from_robot(hardware.robot)
+    limit = task.time_limit_s if time_limit_s is None else time_limit_s
+    period = 1.0 / task.control_rate_hz
+    timed_out = True
+    tick = 0
+    while twin.time < limit - 1e-9:
+        now = twin.time
+        command = runtime.step(now, observe(task, loop, layout))
+        if command is not None:
+            delay.push(now, command)
+        tick += 1
+        until = tick * period
+        while twin.time < until - 1e-9:
+            for due in delay.due(twin.time):
+                for group, target in due.joints.items():
+                    loop.controller.command_positions(group, target, now=twin.time)
+                for gripper, opening in due.grippers.items():
+                    loop.controller.command_gripper(gripper, [opening], now=twin.time)
+            loop.cycle()
+        task.step(twin)
+        if task.done(twin):
+            timed_out = False
+            break
+    return Trial(task.outcome(twin, timed_out), twin, policy, loop, sum(loop.controller.stats.rejected.values()))
