@@ -16,12 +16,13 @@ REPO = Path(__file__).resolve().parents[1]
 class StackProcess:
     """`r2s2r up` in a subprocess, its output kept for assertions."""
 
-    def __init__(self, stack: str, params=()):
+    def __init__(self, stack: str, params=(), env: dict | None = None, pythonpath=()):
         args = [sys.executable, "-u", "-m", "r2s2r.cli", "up", str(stack)]
         for p in params:
             args += ["-p", p]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+        env = {**os.environ, **(env or {})}
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), str(REPO / "src"), str(REPO),
+                                             env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
         self.lines: list[str] = []

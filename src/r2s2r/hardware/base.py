@@ -49,6 +49,8 @@ class Hardware(abc.ABC):
 
     backend: str = "abstract"
     link_timeout_s: float = 0.05  # a read that takes longer than this is a lost link
+    # A backend that plays one setpoint per robot cycle needs the driver at exactly that rate.
+    required_control_rate_hz: float | None = None
 
     def __init__(self, robot: RobotSpec, settings: Mapping[str, Any] | None = None):
         self.robot = robot

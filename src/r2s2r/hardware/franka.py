@@ -753,6 +753,7 @@ class FrankaReflex(LinkLost):
 
 class FrankaHardware(Hardware):
     backend = "franka"
+    required_control_rate_hz = 1000.0  # one setpoint per FCI cycle (see the module docstring)
 
     def __init__(self, robot: RobotSpec, settings: Mapping[str, Any] | None = None):
         super().__init__(robot, settings)

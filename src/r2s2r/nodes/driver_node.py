@@ -62,9 +62,11 @@ DEFAULTS = {
 
 
 class DriverNode(Node):
-    def __init__(self):
+    def __init__(self, scene: Scene | None = None, **node_options):
+        """`scene`: the twin's scene as an object (the evaluation engine's perturbed scenes),
+        instead of the `scene` parameter; `node_options`: rclpy Node options (context, parameter_overrides)."""
         # Backend settings (`franka.ip`, ...) are whatever the robot's config file holds.
-        super().__init__("driver", automatically_declare_parameters_from_overrides=True)
+        super().__init__("driver", automatically_declare_parameters_from_overrides=True, **node_options)
         for name, default in DEFAULTS.items():
             if not self.has_parameter(name):
                 self.declare_parameter(name, default)
@@ -74,8 +76,9 @@ class DriverNode(Node):
         self.robot = get_robot(robot_name)  # UnknownRobotError lists the known robots
         self.backend = self._param("backend")
         if self.backend == "sim":
-            scene_path = self._param("scene")
-            scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
+            if scene is None:
+                scene_path = self._param("scene")
+                scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
             if scene.robot != self.robot.name:
                 raise ValueError(f"scene {scene.source} is for robot {scene.robot!r}, but parameter 'robot' is "
                                  f"{self.robot.name!r}")
@@ -91,6 +94,10 @@ class DriverNode(Node):
         self.limits = SafetyLimits.of(self.robot, velocity_scale=self._param("velocity_scale"),
                                       watchdog_s=self._param("watchdog_s"))
         self.control_rate = self._param("control_rate_hz") or self.robot.control_rate_hz
+        required = self.hardware.required_control_rate_hz
+        if required is not None and abs(self.control_rate - required) > 1e-6:
+            raise ValueError(f"parameter 'control_rate_hz' is {self.control_rate:g}; backend {self.backend} "
+                             f"plays one setpoint per robot cycle and needs {required:g}")
         self.state_rate = self._param("state_rate_hz") or self.robot.state_rate_hz
         self.real_time_factor = self._param("real_time_factor")
         self.loop: ControlLoop | None = None
