@@ -21,6 +21,7 @@ def absolute(name: str, namespace: str, node: str) -> str:
 def node_interface(client_node, node: str, namespace: str = "/", timeout: float = 20.0, expect_topics: int = 0):
     """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string."""
     deadline = time.monotonic() + timeout
+    previous = None
     while True:
         try:
             pubs = dict((n, t[0]) for n, t in client_node.get_publisher_names_and_types_by_node(node, namespace))
@@ -28,9 +29,12 @@ def node_interface(client_node, node: str, namespace: str = "/", timeout: float 
             srvs = dict((n, t[0]) for n, t in client_node.get_service_names_and_types_by_node(node, namespace))
         except Exception:  # the node is not discovered yet
             pubs, subs, srvs = {}, {}, {}
-        if (len(pubs) + len(subs) >= expect_topics and srvs) or time.monotonic() > deadline:
+        # Discovery trickles in: wait for at least what is expected, then for one quiet read.
+        seen = (pubs, subs, srvs)
+        if (len(pubs) + len(subs) >= expect_topics and srvs and seen == previous) or time.monotonic() > deadline:
             break
-        time.sleep(0.2)
+        previous = seen
+        time.sleep(0.3)
     pubs = {n: t for n, t in pubs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
     subs = {n: t for n, t in subs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
     srvs = {n: t for n, t in srvs.items() if n.rsplit("/", 1)[-1] not in PARAMETER_SERVICES}

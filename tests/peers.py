@@ -48,3 +48,35 @@ class FrankySim:
         if self.process is not None:
             self.process.wait(5)
             self.process.stdout.close()
+
+
+class XArmEmulatorProcess:
+    """tests/emulators/xarm_emulator.py in a process of its own: the controller then never waits
+    on the test process's own threads (its DDS client, other peers)."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.process = None
+
+    def start(self) -> "XArmEmulatorProcess":
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.process = subprocess.Popen([sys.executable, "-u", "-m", "tests.emulators.xarm_emulator",
+                                         "--host", self.host, "--log-level", "WARNING"], cwd=repo,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in self.process.stdout:
+            lines.append(line)
+            if "emulator running" in line:
+                threading.Thread(target=self.process.stdout.read, daemon=True).start()
+                return self
+        self.process.wait(5)
+        pytest.fail(f"the xArm emulator did not start on {self.host}:\n{''.join(lines)}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)

@@ -287,7 +287,8 @@ def test_gripper_moves_squeezes_and_gets_each_goal_once(buses, backend):
     move(OPEN, until=lambda s: abs(fingers_of(s)[:2].sum() - OPEN) < 1e-4)
     assert gripper.goal_position == ticks(1.4910)  # ALOHA's open angle
     assert fingers_of(loop.last_sample)[:2] == pytest.approx([OPEN / 2] * 2, abs=1e-4)
-    assert right.servo(9).goal_position == ticks(1.4910)  # the right gripper opened too (the default)
+    # The right gripper was never commanded: it stays where it was when the driver connected.
+    assert abs(right.servo(9).goal_position - right.servo(9).present_position) <= 2
 
     gripper.write_item("goal_position", 2500)  # someone else moves it: the same goal is not sent again
     move(OPEN, seconds=0.3)

@@ -7,7 +7,8 @@ every gripper, estop (commands are then dropped), enable, reset. The twin's own 
 (/clock, twin/*, cameras/*) are the only difference in the interface, as the contract says.
 
 Peers: the Franka against franky-sim (the libfranka network protocol, driven by the real
-pylibfranka), ALOHA against two emulated Dynamixel buses (tests/emulators), Flexiv and RB-Y1
+pylibfranka), the xArm7 against our emulator of its controller and ALOHA against two emulated
+Dynamixel buses (tests/emulators; both driven by the real SDKs), Flexiv and RB-Y1
 against SDK stand-ins checked against the real SDKs' signatures (tests/standins).
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from r2s2r.contract.interface import SIM_ONLY_PREFIXES
+from r2s2r.contract.interface import SIM_ONLY_PREFIXES, driver_interface
 from r2s2r.robots import get_robot
 from tests.graph import node_interface, qos_of
 from tests.ros_helpers import REPO
@@ -70,7 +71,17 @@ def franka_peer(tmp_path):
         sim.stop()
 
 
-PEERS = {"aloha": ("aloha", aloha_peer), "flexiv_rizon4": ("flexiv", flexiv_peer), "rby1": ("rby1", rby1_peer),
+@contextlib.contextmanager
+def xarm_peer(tmp_path):
+    from tests.peers import XArmEmulatorProcess
+    emulator = XArmEmulatorProcess("127.0.0.41").start()
+    try:
+        yield {"xarm.ip": "127.0.0.41", "xarm.link_timeout_s": 0.1}, {}, ()
+    finally:
+        emulator.stop()
+
+
+PEERS = {"aloha": ("aloha", aloha_peer), "xarm7": ("xarm", xarm_peer), "flexiv_rizon4": ("flexiv", flexiv_peer), "rby1": ("rby1", rby1_peer),
          "franka_fr3": ("franka", franka_peer)}
 
 
@@ -133,7 +144,9 @@ def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name
     proc = stack_process(stack, env=env, pythonpath=pythonpath)
     client = ros_client()
     client.wait_for_joint_states(60)
-    interface = node_interface(client.node, "driver", expect_topics=3 + 2 * len(robot.groups))
+    contract = driver_interface(robot.group_names, [g.name for g in robot.grippers], simulated=False)
+    interface = node_interface(client.node, "driver",
+                               expect_topics=len(contract.publishers) + len(contract.subscriptions))
     qos = {topic: qos_of(client.node, topic, publisher=True) for topic in ("/joint_states", "/diagnostics")}
     for group in robot.groups:
         assert client.wait_for_subscriber(f"{group.name}_position_controller/commands", timeout=20)

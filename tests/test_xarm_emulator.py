@@ -222,8 +222,9 @@ def test_gripper_enable_and_position(emulator, connect):
     assert midway < api.get_gripper_position()[1]
     assert wait_until(lambda: api.get_gripper_position() == (0, 800), 3.0)
     assert api.set_gripper_position(200, wait=True, speed=5000) == 0
-    assert api.get_gripper_position() == (0, 200)
-    assert emulator.snapshot().gripper_position == pytest.approx(200)
+    # The SDK's wait ends within its own tolerance of the goal; the last fraction of a pulse follows.
+    assert wait_until(lambda: api.get_gripper_position() == (0, 200), 3.0)
+    assert emulator.snapshot().gripper_position == pytest.approx(200, abs=0.5)
 
 
 def test_missing_gripper_raises_end_effector_communication_error(connect):

@@ -137,9 +137,12 @@ def load_stack(path: str | os.PathLike, overrides: dict | None = None) -> StackS
 
 
 def find_stack(robot: str, backend: str) -> Path:
-    """config/stacks/<robot>_<backend>.yaml; a missing one lists the stacks there are."""
+    """config/stacks/<robot>_<backend>.yaml, or for a vendor backend <robot>_real.yaml; a missing
+    one lists the stacks there are."""
     from r2s2r.paths import config_path
     path = config_path("stacks", f"{robot}_{backend}.yaml")
+    if not path.is_file() and backend != "sim":
+        path = config_path("stacks", f"{robot}_real.yaml")
     if not path.is_file():
         known = sorted(p.stem for p in config_path("stacks").glob("*.yaml"))
         raise ConfigError(path, "", "a stack for robot and backend; available stacks: " + ", ".join(known),
