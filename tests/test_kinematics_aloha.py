@@ -11,7 +11,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import joint_origin_chain, rotation_angle_deg
+from tests.kinematics import check_site_against, joint_origin_chain
 
 X, Y, Z = (1, 0, 0), (0, 1, 0), (0, 0, 1)
 # Base links on the table frame (MuJoCo Menagerie's ALOHA 2 cell): facing each other along x.
@@ -47,16 +47,8 @@ def twin():
 def test_flange_pose_matches_published_joint_origins_at_25_configurations(twin, side):
     chain = [MOUNTS[side]] + ARM_CHAIN
     joints = twin.robot.group(f"{side}_arm").joints
-    adr = [twin.model.joint(j).qposadr[0] for j in joints]
-    rng = np.random.default_rng(5)
-    for _ in range(25):
-        q = rng.uniform([r[0] for r in LIMITS], [r[1] for r in LIMITS])
-        twin.data.qpos[adr] = q
-        mujoco.mj_kinematics(twin.model, twin.data)
-        expected = joint_origin_chain(chain, q)
-        site = twin.data.site(f"{side}_arm_flange")
-        assert np.linalg.norm(site.xpos - expected[:3, 3]) < 1e-3
-        assert rotation_angle_deg(site.xmat.reshape(3, 3), expected[:3, :3]) < 0.1
+    check_site_against(twin, f"{side}_arm_flange", joints, [r[0] for r in LIMITS], [r[1] for r in LIMITS],
+                       lambda q: joint_origin_chain(chain, q), seed=5)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

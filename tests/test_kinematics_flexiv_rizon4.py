@@ -7,7 +7,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import joint_origin_chain, rotation_angle_deg
+from tests.kinematics import check_site_against, joint_origin_chain
 
 Z, Y = (0.0, 0.0, 1.0), (0.0, 1.0, 0.0)
 # Flexiv's Rizon 4 joint origins (flexiv_description): (xyz, rpy, axis), joint 1..7, then the flange.
@@ -35,16 +35,8 @@ def twin():
 
 
 def test_flange_pose_matches_published_joint_origins_at_25_configurations(twin):
-    rng = np.random.default_rng(13)
-    adr = [twin.model.joint(j).qposadr[0] for j in twin.robot.joint_names]
-    for _ in range(25):
-        q = rng.uniform(Q_MIN, Q_MAX)
-        twin.data.qpos[adr] = q
-        mujoco.mj_kinematics(twin.model, twin.data)
-        expected = joint_origin_chain(RIZON4_ORIGINS, q)
-        site = twin.data.site("arm_flange")
-        assert np.linalg.norm(site.xpos - expected[:3, 3]) < 1e-3
-        assert rotation_angle_deg(site.xmat.reshape(3, 3), expected[:3, :3]) < 0.1
+    check_site_against(twin, "arm_flange", twin.robot.joint_names, Q_MIN, Q_MAX,
+                       lambda q: joint_origin_chain(RIZON4_ORIGINS, q), seed=13)
 
 
 def test_home_pose_points_the_flange_down(twin):

@@ -2,13 +2,12 @@
 (rby1-sdk, models/rby1a), evaluated with numpy; joint limits against the published values."""
 
 import mujoco
-import numpy as np
 import pytest
 
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import joint_origin_chain, rotation_angle_deg
+from tests.kinematics import check_site_against, joint_origin_chain
 
 X, Y, Z = (1, 0, 0), (0, 1, 0), (0, 0, 1)
 ROLL = 0.349065850  # the shoulders' built-in roll, rad
@@ -74,16 +73,8 @@ def test_flange_pose_matches_published_joint_origins_at_25_configurations(twin, 
     limits = TORSO_LIMITS + arm_limits(side)
     low = [row[0] for row in limits]
     high = [row[1] for row in limits]
-    adr = [twin.model.joint(j).qposadr[0] for j in joints]
-    rng = np.random.default_rng(11)
-    for _ in range(25):
-        q = rng.uniform(low, high)
-        twin.data.qpos[adr] = q
-        mujoco.mj_kinematics(twin.model, twin.data)
-        expected = joint_origin_chain(chain, q)
-        site = twin.data.site(f"{side}_arm_flange")
-        assert np.linalg.norm(site.xpos - expected[:3, 3]) < 1e-3
-        assert rotation_angle_deg(site.xmat.reshape(3, 3), expected[:3, :3]) < 0.1
+    check_site_against(twin, f"{side}_arm_flange", joints, low, high,
+                       lambda q: joint_origin_chain(chain, q), seed=11)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

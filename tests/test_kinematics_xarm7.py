@@ -7,7 +7,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import modified_dh, rotation_angle_deg
+from tests.kinematics import check_site_against, modified_dh
 
 # UFACTORY's published modified DH parameters of the xArm7: (a, d, alpha, theta offset), joint 1..7;
 # joint 7's frame is the tool flange.
@@ -34,16 +34,8 @@ def twin():
 
 
 def test_flange_pose_matches_published_dh_at_25_configurations(twin):
-    rng = np.random.default_rng(11)
-    adr = [twin.model.joint(j).qposadr[0] for j in twin.robot.joint_names]
-    for _ in range(25):
-        q = rng.uniform(Q_MIN, Q_MAX)
-        twin.data.qpos[adr] = q
-        mujoco.mj_kinematics(twin.model, twin.data)
-        expected = modified_dh(XARM7_DH, q)
-        site = twin.data.site("arm_flange")
-        assert np.linalg.norm(site.xpos - expected[:3, 3]) < 1e-3
-        assert rotation_angle_deg(site.xmat.reshape(3, 3), expected[:3, :3]) < 0.1
+    check_site_against(twin, "arm_flange", twin.robot.joint_names, Q_MIN, Q_MAX,
+                       lambda q: modified_dh(XARM7_DH, q), seed=11)
 
 
 def test_zero_pose_puts_the_flange_where_ufactory_says(twin):

@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
