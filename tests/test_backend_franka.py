@@ -11,7 +11,6 @@ pylibfranka always uses the robot's fixed ports.
 
 import os
 import signal
-import subprocess
 import sys
 import time
 

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from sensor_msgs.msg import CameraInfo, JointState
+from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 

@@ -8,7 +8,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 
 from r2s2r.contract import Topics, qos

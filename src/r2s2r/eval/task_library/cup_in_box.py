@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from r2s2r.eval.task_library.common import (COMMON_KEYS, CollisionTracker, Contacts, ObjectTracker, SceneIndex,
                                             finger_clearance, grasp_stage, read_common)
