@@ -318,8 +318,9 @@ class DriverNode(Node):
         backoff = RECONNECT_BACKOFF_S[0]
         try:
             if self.camera_names:
-                from r2s2r.sim.render import TwinRenderer
-                renderer = TwinRenderer(self.hardware.twin)  # the GL context lives on this thread
+                from r2s2r.sim.render import BackgroundRenderer
+                renderer = self._renderer = BackgroundRenderer(self.hardware.twin, self.camera_names,
+                                                               self.pub_depths, self._publish_images)
             camera_period = 1.0 / self._param("camera_rate_hz") if self.camera_names else float("inf")
             next_camera = self.hardware.now if self.simulated else 0.0
             wall0, clock0 = time.monotonic(), self.hardware.now if self.simulated else 0.0
@@ -340,18 +341,18 @@ class DriverNode(Node):
                             next_diag = time.monotonic() + 1.0
                             self._publish_diagnostics()
                     continue
-                images, poses = [], []
+                poses = []
                 try:
                     if self.simulated:
                         with self._lock:
                             self.loop.run_until(self.hardware.now + tick)
                             now = self.hardware.now
                             sample = self.loop.sample()
+                            if now + camera_period < next_camera:  # the scene was reset: time restarted
+                                next_camera = now
                             if renderer is not None and now >= next_camera:
                                 next_camera = max(next_camera + camera_period, now)
-                                for cam in self.camera_names:
-                                    depth = renderer.depth(cam) if cam in self.pub_depths else None
-                                    images.append((cam, renderer.rgb(cam), depth))
+                                renderer.offer()  # rendered and published on the render thread
                                 poses = list(self.hardware.twin.object_poses().values())
                     else:
                         sample = self._run_real_cycles(tick)
@@ -362,8 +363,7 @@ class DriverNode(Node):
                 if self.simulated:
                     self.pub_clock.publish(Clock(clock=convert.to_time(now)))
                 self.pub_joints.publish(convert.joint_state_msg(sample))
-                if images:
-                    self._publish_images(now, images)
+                if poses:
                     self.pub_objects.publish(convert.pose_array_msg(poses, now, WORLD))
                 wall = time.monotonic()
                 if wall >= next_diag:
@@ -412,14 +412,22 @@ class DriverNode(Node):
         return self.loop.last_sample
 
     def _publish_images(self, now: float, images) -> None:
+        """Frames of the twin's state at `now` (its sim time: the capture time)."""
+        if not self.context.ok():
+            return
         twin = self.hardware.twin
-        for cam, rgb, depth in images:
-            frame = camera_optical_frame(cam)
-            self.pub_images[cam].publish(convert.image_msg(rgb, "rgb8", now, frame))
-            fx, fy, cx, cy = twin.camera_intrinsics(cam)
-            self.pub_infos[cam].publish(convert.camera_info_msg(rgb.shape[1], rgb.shape[0], fx, fy, cx, cy, now, frame))
-            if depth is not None:
-                self.pub_depths[cam].publish(convert.image_msg(depth, "32FC1", now, frame))
+        try:
+            for cam, rgb, depth in images:
+                frame = camera_optical_frame(cam)
+                self.pub_images[cam].publish(convert.image_msg(rgb, "rgb8", now, frame))
+                fx, fy, cx, cy = twin.camera_intrinsics(cam)
+                self.pub_infos[cam].publish(
+                    convert.camera_info_msg(rgb.shape[1], rgb.shape[0], fx, fy, cx, cy, now, frame))
+                if depth is not None:
+                    self.pub_depths[cam].publish(convert.image_msg(depth, "32FC1", now, frame))
+        except Exception:  # the context went away between the check and the publish
+            if self.context.ok():
+                raise
 
     def _publish_diagnostics(self) -> None:
         if not self.context.ok():
@@ -440,6 +448,11 @@ class DriverNode(Node):
                   "mode": "estop" if self._estopped else ("enabled" if self._enabled else "disabled"),
                   "link": "lost" if self._link_fault else "up", "link_losses": self._link_losses,
                   "time": f"{self.hardware.now:.3f}", "real_time_factor": f"{self._rtf:.3f}"}
+        renderer = getattr(self, "_renderer", None)
+        if renderer is not None:  # frames the cameras could not keep up with, and why one failed
+            values["camera_frames_skipped"] = renderer.skipped
+            if renderer.error:
+                values["camera_error"] = renderer.error
         if stats is not None:
             safety = self.loop.safety.report()
             values.update({
