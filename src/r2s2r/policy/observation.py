@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from r2s2r.contract.names import Topics
 from r2s2r.contract.sync import ApproximateTimeSynchronizer
 from r2s2r.contract.types import JointSample
 from r2s2r.policy.types import Observation, ObservationSpace, PolicyError
 
-JOINTS = "joint_states"
+JOINTS = Topics.JOINT_STATES  # the synchroniser's key for joint states
 
 
 @dataclass(frozen=True)
