@@ -60,9 +60,12 @@ class XArmEmulatorProcess:
 
     def start(self) -> "XArmEmulatorProcess":
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # Ahead of the test's own processes where we may (root, as in CI): a real controller is a
+        # machine of its own, its report stream does not wait for our CPU.
         self.process = subprocess.Popen([sys.executable, "-u", "-m", "tests.emulators.xarm_emulator",
                                          "--host", self.host, "--log-level", "WARNING"], cwd=repo,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        preexec_fn=_raise_priority)
         lines = []
         for line in self.process.stdout:
             lines.append(line)

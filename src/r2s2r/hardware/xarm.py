@@ -69,6 +69,10 @@ LINK_CODES = (CODE_NOT_CONNECTED, CODE_TIMEOUT, CODE_SEND_FAILED)
 CODE_HAS_ERROR, CODE_NOT_READY, CODE_OUT_OF_RANGE = 1, 9, -8
 
 
+# Multiples of link_timeout_s a servo-j reply may take (see _check_servo_stream).
+SERVO_REPLY_PATIENCE = 4.0
+
+
 @dataclass(frozen=True)
 class XArmSettings:
     """The `xarm:` settings (config/robots/xarm7.yaml, driver parameters `xarm.<key>`)."""
@@ -497,9 +501,13 @@ class XArmHardware(Hardware):
         return self._report
 
     def _check_servo_stream(self) -> None:
-        """What the sender thread found: no reply in time is a lost link, a refusal a fault."""
+        """What the sender thread found: no reply in time is a lost link, a refusal a fault.
+
+        A dead controller is caught within link_timeout_s by its silent report stream; a reply
+        merely delayed (a busy host, the SDK's shared command lock) gets SERVO_REPLY_PATIENCE
+        times that before it, too, counts as a lost link."""
         since = self._servo_since
-        if since is not None and time.monotonic() - since > self.link_timeout_s:
+        if since is not None and time.monotonic() - since > SERVO_REPLY_PATIENCE * self.link_timeout_s:
             self._lose_link(f"set_servo_angle_j unanswered by {self.config.ip} for "
                             f"{1000 * (time.monotonic() - since):.0f} ms")
         failure = self._servo.take_error()

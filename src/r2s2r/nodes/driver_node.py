@@ -110,6 +110,7 @@ class DriverNode(Node):
         self._link_losses = 0
         self._periods = collections.deque(maxlen=2000)  # real hardware: control-cycle periods, seconds
         self._last_cycle_start = None
+        self._next_cycle = None  # real hardware: when the next control cycle is due (host clock)
         self._periods_lock = threading.Lock()
 
         self.pub_joints = self.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
@@ -184,6 +185,7 @@ class DriverNode(Node):
     def _on_hardware_fault(self, error: Exception) -> None:
         self._link_losses += 1
         self._last_cycle_start = None  # the gap until reconnection is not a cycle period
+        self._next_cycle = None
         self._link_fault = f"link lost: {error}" if isinstance(error, LinkLost) else f"fault: {error}"
         self.hardware.state = Lifecycle.ERROR
         self.get_logger().error(f"{self.backend}: {self._link_fault}; holding, reconnecting")
@@ -389,11 +391,18 @@ class DriverNode(Node):
                 renderer.close()
 
     def _run_real_cycles(self, tick: float):
-        """Control cycles at the control rate for one state tick, paced by the host clock."""
+        """Control cycles at the control rate for one state tick, on a schedule of the host clock
+        that carries over from tick to tick (a late cycle is caught up once, never in a burst)."""
         dt = 1.0 / self.control_rate
-        end = time.monotonic() + tick
-        next_cycle = time.monotonic()
-        while True:
+        if self._next_cycle is None:
+            self._next_cycle = time.monotonic()
+        end = self._next_cycle + tick
+        while self._next_cycle < end - 1e-9:
+            now = time.monotonic()
+            if self._next_cycle > now:
+                time.sleep(self._next_cycle - now)
+            elif now - self._next_cycle > 10 * dt:  # late by many cycles: resynchronise
+                self._next_cycle = end = now
             start = time.monotonic()
             if self._last_cycle_start is not None:
                 with self._periods_lock:
@@ -401,14 +410,7 @@ class DriverNode(Node):
             self._last_cycle_start = start
             with self._lock:
                 self.loop.cycle()
-            next_cycle += dt
-            now = time.monotonic()
-            if next_cycle >= end:
-                break
-            if next_cycle > now:
-                time.sleep(next_cycle - now)
-            elif now - next_cycle > 10 * dt:  # late by many cycles: resynchronise, never burst
-                next_cycle = now
+            self._next_cycle += dt
         return self.loop.last_sample
 
     def _publish_images(self, now: float, images) -> None:
