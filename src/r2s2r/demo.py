@@ -1,5 +1,6 @@
 """`r2s2r demo`: bring up the Franka twin stack, drive it over DDS from this process, check the
-arm arrived, save a camera frame, and shut the stack down cleanly."""
+arm arrived, save a camera frame, shut the stack down cleanly, then search the scripted
+expert's failures on franka_block_in_bowl and print the path of the report."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def _say(message: str) -> None:
 def run(out_dir: str = "demo_output") -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # keep the demo off the LAN
     from r2s2r import paths
+    from r2s2r.contract import Topics
     from r2s2r.nodes.client import RobotClient
     from r2s2r.robots import get_robot
 
@@ -42,8 +44,8 @@ def run(out_dir: str = "demo_output") -> int:
         client = RobotClient("r2s2r_demo", cameras=("scene",))
         start = client.wait_for_joint_states(timeout=60.0)
         _say(f"joint_states from the twin: {len(start.names)} joints at t={start.stamp:.3f} s")
-        if not client.wait_for_subscriber("arm_controller/joint_trajectory", _trajectory_type(), timeout=30.0):
-            raise TimeoutError("the driver never subscribed to arm_controller/joint_trajectory")
+        if not client.wait_for_subscriber(Topics.joint_trajectory("arm"), _trajectory_type(), timeout=30.0):
+            raise TimeoutError(f"the driver never subscribed to {Topics.joint_trajectory('arm')}")
         home = np.array([robot.home[j] for j in arm.joints])
         reach = home + np.array([0.5, 0.35, -0.3, 0.45, 0.2, -0.3, -0.4])
         goal = home + np.array([-0.4, 0.2, 0.25, 0.3, -0.2, 0.2, 0.6])
@@ -76,6 +78,11 @@ def run(out_dir: str = "demo_output") -> int:
             code = stack.wait()
             ok = False
         _say(f"stack stopped in {time.monotonic() - t0:.2f} s (exit code {code})")
+    if ok:
+        from r2s2r.eval.demo import BUDGET, TASK, run_search_demo
+        _say(f"failure search: {BUDGET} CEM trials of {TASK} with its scripted expert, 2 workers")
+        report = run_search_demo(out / "search")
+        _say(f"failure search report: {report.resolve()}")
     _say("demo passed" if ok else "demo FAILED")
     return 0 if ok else 1
 

@@ -1,0 +1,96 @@
+"""Search efficiency: failures and distinct failure clusters each sampler finds for a fixed
+budget on franka_block_in_bowl with its scripted expert, as ratios to uniform sampling, over
+several seeds.
+
+Distinct clusters are counted against one reference atlas per seed, built from every
+sampler's trials of that seed together (so no sampler's clusters are judged by its own
+sampling density): a sampler has found a reference cluster when at least FOUND of its
+failures (the atlas's smallest cluster) have that cluster's stage and lie in its region; how
+many it merely touched (one failure) is printed too. Refinement is off: only the samplers'
+proposals count.
+
+Target: CEM and TPE find at least 3x the failures of uniform sampling and at least 1.5x the
+clusters. Usage:
+    python bench/search_efficiency.py [--budget 500] [--seeds 0,1,2] [--workers 2]
+                                      [--factors a,b,...] [--control-rate HZ] [--store FILE]
+The store keeps every trial, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+import platform
+import time
+
+import numpy as np
+
+from r2s2r.eval.store import TrialStore
+from r2s2r.eval.tasks import load_task
+from r2s2r.search.atlas import build_atlas
+from r2s2r.search.campaign import SearchSpace, run_search
+from r2s2r.search.samplers import SAMPLERS
+
+TASK = "franka_block_in_bowl"
+POLICY = f"scripted:{TASK}"
+FOUND = 3  # failures in a cluster's region that make it found (build_atlas's min_size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=int, default=500)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--factors", default=None, help="default: every factor of the task's space")
+    parser.add_argument("--control-rate", type=float, default=None)
+    parser.add_argument("--store", default="bench_output/search_efficiency.sqlite")
+    args = parser.parse_args()
+    task = load_task(TASK)
+    factors = [f for f in args.factors.split(",") if f] if args.factors else None
+    space = SearchSpace(task.perturbations, factors)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.workers} workers; {TASK}, "
+          f"expert policy; budget {args.budget} per sampler and seed; seeds {seeds}; {space.dim} factors")
+    failures = {s: [] for s in SAMPLERS}
+    clusters = {s: [] for s in SAMPLERS}
+    touched = {s: [] for s in SAMPLERS}
+    with TrialStore(args.store) as store:
+        for seed in seeds:
+            runs = {}
+            for sampler in SAMPLERS:
+                start = time.perf_counter()
+                runs[sampler] = run_search(task, POLICY, args.budget, sampler, seed, factors=factors,
+                                           workers=args.workers, store=store, refine_steps=0,
+                                           control_rate_hz=args.control_rate).results
+                print(f"seed {seed} {sampler:>7}: {sum(not r.success for r in runs[sampler]):4d} failures "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+            pooled = [r for results in runs.values() for r in results]
+            unique = list({r.id: r for r in pooled}.values())
+            reference = build_atlas(unique, task.perturbations, space.names)
+            print(f"seed {seed}: reference atlas of {len(unique)} trials, {len(reference.clusters)} clusters: "
+                  + "; ".join(f"{c.stage} where {c.describe()}" for c in reference.clusters))
+            for sampler, results in runs.items():
+                failed = [r for r in results if not r.success]
+                hits = Counter()
+                for r in failed:
+                    u = np.array([space.space.factor(n).to_unit(r.perturbation.get(n, space.space.factor(n).nominal))
+                                  for n in space.names])
+                    cluster = reference.cluster_of(u, r.stage)
+                    if cluster is not None:
+                        hits[cluster.index] += 1
+                failures[sampler].append(len(failed))
+                clusters[sampler].append(sum(n >= FOUND for n in hits.values()))
+                touched[sampler].append(len(hits))
+    print(f"\n{'sampler':>8} {'failures':>10} {'x uniform':>10} {'clusters':>9} {'x uniform':>10} {'touched':>8}"
+          "   (means over seeds)")
+    fu, cu = np.mean(failures["uniform"]), np.mean(clusters["uniform"])
+    for sampler in SAMPLERS:
+        f, c, t = np.mean(failures[sampler]), np.mean(clusters[sampler]), np.mean(touched[sampler])
+        print(f"{sampler:>8} {f:10.1f} {f / fu if fu else float('inf'):10.2f} {c:9.1f} "
+              f"{c / cu if cu else float('inf'):10.2f} {t:8.1f}")
+    print("target: cem and tpe >= 3x the failures and >= 1.5x the clusters of uniform")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""`r2s2r eval`, `r2s2r search` and `r2s2r replay`.
+
+    r2s2r eval --task T --policy P [--policy P2 ...] --trials N --workers W [--backend ray --address A]
+    r2s2r search --task T --policy P --budget N --sampler uniform|sobol|cem|tpe --out DIR
+    r2s2r replay TRIAL_ID [--store DIR/trials.sqlite] [--camera scene] [--out DIR]
+
+Results go to an SQLite store (default OUT/trials.sqlite); running the same command again
+resumes the campaign (stored trials are not rerun). Reports land in OUT (report.html,
+summary.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = "r2s2r_output"
+STORE_NAME = "trials.sqlite"
+
+
+def _factors(text: str | None) -> list[str] | None:
+    return [f.strip() for f in text.split(",") if f.strip()] if text else None
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="a task name (config/tasks) or task YAML")
+    p.add_argument("--workers", type=int, default=1, help="parallel trials (processes, or Ray actors)")
+    p.add_argument("--backend", choices=("process", "ray"), default="process", help="local process pool or Ray")
+    p.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray)")
+    p.add_argument("--seed", type=int, default=0, help="campaign seed: trial i's perturbation and seed come from it")
+    p.add_argument("--factors", default=None, help="comma-separated factors to vary (default: all of the task's)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="folder for the store and the report")
+    p.add_argument("--store", default=None, help=f"SQLite store (default OUT/{STORE_NAME})")
+    p.add_argument("--control-rate", type=float, default=None, help="twin control loop rate, Hz (default: the robot's)")
+    p.add_argument("--camera", default="scene", help="camera of the report's images")
+    p.add_argument("--no-images", action="store_true", help="skip rendering the failure clusters' images")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _slug(policy: str) -> str:
+    """A folder name for a policy: a config file's stem, or the URI with its odd characters replaced."""
+    text = Path(policy).stem if policy.endswith((".yaml", ".yml")) else policy
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "policy"
+
+
+def _eval(args) -> int:
+    from r2s2r.eval.report import write_report
+    from r2s2r.eval.runner import TrialPool, plan_eval, run_trials
+    from r2s2r.eval.stats import rank_checkpoints, wilson
+    from r2s2r.eval.store import TrialStore
+    from r2s2r.eval.tasks import load_task
+    from r2s2r.search.atlas import build_atlas
+    from r2s2r.search.campaign import campaign_name
+
+    if args.trials < 1:
+        raise ValueError(f"--trials {args.trials}; expected 1 or more")
+    task = load_task(args.task)
+    out = Path(args.out)
+    store_path = Path(args.store) if args.store else out / STORE_NAME
+    factors = _factors(args.factors)
+    outcomes, per_policy = {}, {}
+    with TrialStore(store_path) as store, TrialPool(args.workers, args.backend, args.address) as pool:
+        for policy in args.policy:
+            config = {"kind": "eval", "task": args.task, "policy": policy, "trials": args.trials, "seed": args.seed,
+                      "factors": factors, "nominal": args.nominal, "control_rate_hz": args.control_rate}
+            name = campaign_name("eval", config)
+            store.open_campaign(name, config)
+            planned = plan_eval(policy, task, args.trials, args.seed, factors, args.nominal, args.control_rate,
+                                args.task)
+            results = run_trials(planned, store, name, progress=not args.no_progress, pool=pool)
+            per_policy[policy] = (name, results)
+            outcomes[policy] = {i: r.success for i, r in enumerate(results)}  # trial i: same inputs for every policy
+            rate = wilson(sum(r.success for r in results), len(results))
+            stages = {}
+            for r in results:
+                stages[r.stage] = stages.get(r.stage, 0) + 1
+            print(f"{policy}: {rate.describe()}; " + ", ".join(f"{s} {n}" for s, n in sorted(stages.items())))
+            if args.through_graph:
+                _check_graph(results[:args.through_graph], args)
+        ranking = rank_checkpoints(outcomes) if len(args.policy) > 1 else None
+        if ranking is not None:
+            print("ranking: " + " > ".join(ranking.order))
+            for c in ranking.comparisons:
+                print(f"  {c.a} vs {c.b}: p = {c.p_value:.3g} ({c.test}, Holm){' *' if c.significant() else ''}")
+        for k, (policy, (name, results)) in enumerate(per_policy.items()):
+            folder = out if len(per_policy) == 1 else out / f"{k}_{_slug(policy)}"
+            atlas = build_atlas(results, task.perturbations, factors)
+            meta = {"task": args.task, "policy": policy, "sampler": "nominal" if args.nominal else "uniform",
+                    "campaign": name, "seed": args.seed, "store": str(store_path)}
+            report = write_report(folder, results, task.perturbations, meta, atlas, ranking=ranking,
+                                  store_path=store_path, camera=args.camera, images=not args.no_images)
+            print(f"report: {report}")
+    return 0
+
+
+def _check_graph(results, args) -> None:
+    """Rerun trials through driver_node + policy_node over DDS and compare their outcomes."""
+    from r2s2r.eval.graph import compare, run_through_graph
+    agreements = compare(results, run_through_graph([r.spec for r in results], args.real_time_factor))
+    same = sum(a.same_outcome for a in agreements)
+    print(f"through the ROS graph: {same}/{len(agreements)} trials with the in-process outcome")
+    for a in agreements:
+        print(f"  {a.describe()}")
+
+
+def _search(args) -> int:
+    from r2s2r.eval.report import write_report
+    from r2s2r.eval.stats import wilson
+    from r2s2r.eval.store import TrialStore
+    from r2s2r.eval.tasks import load_task
+    from r2s2r.search.campaign import run_search
+
+    task = load_task(args.task)
+    out = Path(args.out)
+    store_path = Path(args.store) if args.store else out / STORE_NAME
+    with TrialStore(store_path) as store:
+        search = run_search(task, args.policy, args.budget, args.sampler, args.seed, args.batch, _factors(args.factors),
+                            args.workers, args.backend, args.address, store, args.refine_steps, args.control_rate,
+                            progress=not args.no_progress, task_ref=args.task)
+        meta = {"task": args.task, "policy": args.policy, "sampler": args.sampler, "campaign": search.campaign,
+                "seed": args.seed, "budget": args.budget, "store": str(store_path)}
+        report = write_report(out, search.results, task.perturbations, meta, search.atlas, search.boundaries,
+                              store_path=store_path, camera=args.camera, images=not args.no_images,
+                              refined=search.refined)
+    failures = sum(not r.success for r in search.results)
+    rate = wilson(len(search.results) - failures, len(search.results))
+    print(f"{args.sampler}: {len(search.results)} trials, {failures} failures, success {rate.describe()}; "
+          f"{len(search.atlas.clusters)} failure clusters, {len(search.refined)} refinement trials")
+    for c in search.atlas.clusters:
+        print(f"  cluster {c.index}: {c.stage}, {c.size} failures where {c.describe()}; "
+              f"replay: r2s2r replay {c.representative} --store {store_path}")
+    print(f"report: {report}")
+    return 0
+
+
+def _replay(args) -> int:
+    from r2s2r.eval.replay import replay
+    from r2s2r.eval.store import TrialStore
+
+    store_path = Path(args.store)
+    if not store_path.is_file():
+        raise FileNotFoundError(f"no store at {store_path} (give --store, the trials.sqlite a campaign wrote)")
+    with TrialStore(store_path) as store:
+        result = replay(store, args.trial, args.out, args.camera, video=not args.no_video, bag=not args.no_bag)
+    r = result.result
+    print(f"trial {r.id}: {'success' if r.success else 'failure'} ({r.stage}), margin {r.margin!r}, "
+          f"{r.sim_time_s:.2f} s simulated")
+    print("reproduced bit for bit" if result.identical else
+          f"NOT reproduced: stored margin {result.stored.margin!r}, stage {result.stored.stage}")
+    if result.video:
+        print(f"video: {result.video} ({result.frames} frames, camera {args.camera})")
+    if result.bag:
+        print(f"bag: {result.bag}")
+    return 0 if result.identical else 1
+
+
+def _guarded(handler):
+    """Policy and store errors are the user's to fix: say what, not where in the code."""
+    def run(args) -> int:
+        from r2s2r.eval.graph import GraphError
+        from r2s2r.eval.runner import TrialError
+        from r2s2r.eval.store import StoreError
+        from r2s2r.policy.types import PolicyError
+        try:
+            return handler(args)
+        except (PolicyError, StoreError, TrialError, GraphError, ImportError) as exc:
+            print(f"r2s2r {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+    return run
+
+
+def add_eval_parsers(sub) -> None:
+    """Register `eval`, `search` and `replay` on the r2s2r command's subparsers."""
+    ev = sub.add_parser("eval", help="evaluate policies on a task's perturbations (resumable)")
+    _common(ev)
+    ev.add_argument("--policy", required=True, action="append",
+                    help="policy URI or config; repeat to rank several checkpoints on the same trials")
+    ev.add_argument("--trials", type=int, required=True, help="trials per policy")
+    ev.add_argument("--nominal", action="store_true", help="no perturbation: only the seeds differ")
+    ev.add_argument("--through-graph", type=int, default=0, metavar="K",
+                    help="also run the first K trials through driver_node + policy_node over DDS and compare")
+    ev.add_argument("--real-time-factor", type=float, default=1.0, help="pace of the twin for --through-graph")
+    ev.set_defaults(func=_guarded(_eval))
+
+    se = sub.add_parser("search", help="search a task's perturbation space for the policy's failures")
+    _common(se)
+    from r2s2r.search.samplers import DEFAULT_BATCH, SAMPLERS
+    se.add_argument("--policy", required=True, help="policy URI or config")
+    se.add_argument("--budget", type=int, required=True, help="trials the sampler proposes")
+    se.add_argument("--sampler", choices=SAMPLERS, default="uniform")
+    se.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                    help="trials per sampler round (results do not depend on --workers)")
+    se.add_argument("--refine-steps", type=int, default=4,
+                    help="bisection steps per failure cluster after the budget (extra trials)")
+    se.set_defaults(func=_guarded(_search))
+
+    rp = sub.add_parser("replay", help="rerun one stored trial bit for bit; record an MP4 and an MCAP bag")
+    rp.add_argument("trial", help="trial id (or a unique prefix)")
+    rp.add_argument("--store", default=f"{DEFAULT_OUT}/{STORE_NAME}", help="the campaign's SQLite store")
+    rp.add_argument("--out", default=f"{DEFAULT_OUT}/replays", help="folder for the video and the bag")
+    rp.add_argument("--camera", default="scene")
+    rp.add_argument("--no-video", action="store_true")
+    rp.add_argument("--no-bag", action="store_true")
+    rp.set_defaults(func=_guarded(_replay))
+
+
+__all__ = ["add_eval_parsers"]

@@ -1,0 +1,456 @@
+"""The trial runner: one trial = (policy, task, perturbation, seed), run in-process, deterministic.
+
+A trial is what driver_node + policy_node do over DDS, in one thread and as fast as the CPU
+allows: `SimHardware` stepped by `ControlLoop` at the robot's control rate, the policy's
+`PolicyRuntime` (synchronous) asked every 1 / task.control_rate_hz, its commands delayed by
+the perturbation's command latency, the task judging the twin. Nothing renders unless an
+observer asks for it (replay), so a trial costs its physics, its control loop and its policy.
+
+Determinism: the same TrialSpec gives the same TrialResult bit for bit (except `wall_s`),
+whatever ran before it in the worker and whichever worker runs it. The twin is reset from
+its seed, the global numpy / random / torch generators are seeded from the trial's seed, and
+a compiled twin is reused only for the identical scene (a geometry perturbation means another
+scene, so another compile), with everything a trial changes in the model set again by
+`Task.start`.
+
+A trial whose physics goes unstable (MuJoCo finds NaN or huge values and resets the state)
+ends at that tick as a failure at stage `sim_unstable` with margin 0: the twin's fault, shown
+in the atlas like any other failure so it gets fixed, never taken for the policy's.
+
+Campaigns (`run_trials`) fan trials out on a local process pool (default) or on Ray
+(`backend="ray"`), write each result to the store as it ends, skip trials already stored
+(resume) and show a progress bar with an ETA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import mujoco
+import numpy as np
+
+from r2s2r.eval.tasks import Outcome
+from r2s2r.hardware.base import Lifecycle
+from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.sim import SimHardware
+from r2s2r.policy import Observation, PolicyMetadata, PolicyRuntime, RuntimeConfig, load_policy, read_policy_config
+from r2s2r.policy.observation import JointLayout
+from r2s2r.search.perturbations import CommandDelay
+from r2s2r.sim.twin import Twin
+
+BACKENDS = ("process", "ray")
+TWIN_CACHE = 4  # compiled scenes a worker keeps (each a few MB)
+UNSTABLE = "sim_unstable"  # the stage of a trial whose physics blew up (not the policy's failure)
+_BAD_STATE = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
+
+
+def trial_seed(campaign_seed: int, index: int) -> int:
+    """The seed of trial `index` of a campaign: independent streams per (campaign seed, index)."""
+    return int(np.random.SeedSequence([int(campaign_seed), int(index)]).generate_state(1, np.uint32)[0])
+
+
+def _canonical(perturbation: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    return tuple(sorted((str(k), float(v)) for k, v in perturbation.items()))
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What a trial is; its id is a hash of exactly these inputs."""
+
+    policy: str
+    task: str
+    perturbation: tuple[tuple[str, float], ...] = ()  # (factor, value) sorted by factor
+    seed: int = 0
+    control_rate_hz: float | None = None  # None: the robot's own control rate
+
+    @classmethod
+    def of(cls, policy: str, task: str, perturbation: Mapping[str, float] | None = None, seed: int = 0,
+           control_rate_hz: float | None = None) -> "TrialSpec":
+        return cls(policy, task, _canonical(perturbation or {}), int(seed),
+                   None if control_rate_hz is None else float(control_rate_hz))
+
+    @property
+    def values(self) -> dict[str, float]:
+        return dict(self.perturbation)
+
+    @property
+    def id(self) -> str:
+        key = {"policy": self.policy, "task": self.task, "seed": self.seed,
+               "perturbation": [[k, v.hex()] for k, v in self.perturbation]}  # hex: exact floats
+        if self.control_rate_hz is not None:
+            key["control_rate_hz"] = self.control_rate_hz.hex()
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    id: str
+    policy: str
+    task: str
+    seed: int
+    control_rate_hz: float | None
+    perturbation: dict[str, float]
+    success: bool
+    margin: float
+    stage: str
+    sim_time_s: float  # simulated duration of the trial
+    wall_s: float  # how long it took to run (the only field that differs between runs)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> TrialSpec:
+        return TrialSpec.of(self.policy, self.task, self.perturbation, self.seed, self.control_rate_hz)
+
+    def deterministic(self) -> tuple:
+        """Everything but the wall time: equal for every run of the same trial."""
+        return (self.id, self.policy, self.task, self.seed, self.control_rate_hz,
+                tuple(sorted(self.perturbation.items())), self.success, self.margin, self.stage, self.sim_time_s,
+                tuple(sorted(self.metrics.items())))
+
+
+class TrialError(RuntimeError):
+    """A trial raised: the message names its inputs so it can be rerun alone."""
+
+
+class _ReusedTwin(SimHardware):
+    """SimHardware around a compiled twin of the same scene: connect() only resets it."""
+
+    def __init__(self, twin: Twin, seed: int):
+        super().__init__(twin.scene, seed)
+        self._compiled = twin
+
+    def connect(self) -> None:
+        self.twin = self._compiled
+        self.twin.reset(self.seed)
+        self.state = Lifecycle.INACTIVE
+
+
+class TrialObserver:
+    """Sees a trial as it runs (replay records video and bags through one); it must not change
+    the twin's state. Called after set-up, after every policy tick, and at the end."""
+
+    def start(self, twin, loop: ControlLoop, task) -> None:
+        """The trial is set up at its initial state."""
+
+    def tick(self, twin, loop: ControlLoop, observation: Observation, command) -> None:
+        """One policy tick has been executed: the twin is at the next tick's time."""
+
+    def end(self, twin, outcome) -> None:
+        """The trial is judged."""
+
+
+class TrialWorker:
+    """Runs trials one at a time; keeps loaded tasks, policies and compiled twins between them.
+    `threads`: how many threads a torch policy may use (a pool worker: 1, so workers do not
+    fight over the cores); None leaves torch's default."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads
+        self._tasks: dict = {}
+        self._policies: dict = {}
+        self._twins: OrderedDict = OrderedDict()
+
+    def task(self, name: str):
+        if name not in self._tasks:
+            from r2s2r.eval.tasks import load_task
+            self._tasks[name] = load_task(name)
+        return self._tasks[name]
+
+    def policy(self, uri: str, robot) -> tuple[object, RuntimeConfig]:
+        key = (uri, robot.name)
+        if key not in self._policies:
+            config = read_policy_config(uri)
+            policy = load_policy(config, PolicyMetadata.for_robot(robot))
+            # The engine's clock waits for inference: the policy's own runtime settings, synchronous.
+            runtime = dict(config.runtime, asynchronous=False)
+            self._policies[key] = (policy, RuntimeConfig.from_dict(runtime, f"{config.source}: runtime"))
+            torch = sys.modules.get("torch")
+            if torch is not None and self.threads is not None:
+                torch.set_num_threads(self.threads)
+        return self._policies[key]
+
+    def twin(self, task_name: str, scene) -> Twin:
+        key = (task_name, scene)  # tasks may change the model differently (grip priorities)
+        twin = self._twins.pop(key, None)
+        if twin is None:
+            twin = Twin(scene)
+        self._twins[key] = twin
+        while len(self._twins) > TWIN_CACHE:
+            self._twins.popitem(last=False)
+        return twin
+
+    def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
+        try:
+            return self._run(spec, observer or TrialObserver())
+        except Exception as exc:
+            raise TrialError(f"trial {spec.id} (policy {spec.policy}, task {spec.task}, seed {spec.seed}, "
+                             f"perturbation {spec.values}) failed: {type(exc).__name__}: {exc}") from exc
+
+    def _run(self, spec: TrialSpec, observer: TrialObserver) -> TrialResult:
+        wall0 = time.perf_counter()
+        _seed_globals(spec.seed)
+        task = self.task(spec.task)
+        values = spec.values
+        task.new_episode(values)
+        hardware = _ReusedTwin(self.twin(spec.task, task.scene(values)), spec.seed)
+        hardware.connect()
+        twin = hardware.twin
+        loop = ControlLoop(hardware, spec.control_rate_hz)
+        task.start(twin)
+        loop.hold_here()
+        policy, config = self.policy(spec.policy, hardware.robot)
+        runtime = PolicyRuntime(policy, config)
+        runtime.reset()
+        delay = CommandDelay(task.runtime(values)["command_latency_s"])
+        layout = JointLayout.from_robot(hardware.robot)
+        controller = loop.controller
+        start = twin.time
+        limit = start + task.time_limit_s
+        period = 1.0 / task.control_rate_hz
+        observer.start(twin, loop, task)
+        timed_out = True
+        tick = 0
+        while twin.time < limit - 1e-9:
+            now = twin.time
+            joints, grippers = layout.split(loop.sample())
+            observation = Observation(now, joints, grippers, objects=task.object_poses(twin))
+            command = runtime.step(now, observation)
+            if command is not None:
+                delay.push(now, command)
+            tick += 1
+            until = start + tick * period
+            while twin.time < until - 1e-9:
+                for due in delay.due(twin.time):
+                    for group, target in due.joints.items():
+                        controller.command_positions(group, target, now=twin.time)
+                    for gripper, opening in due.grippers.items():
+                        controller.command_gripper(gripper, [opening], now=twin.time)
+                loop.cycle()
+            task.step(twin)
+            observer.tick(twin, loop, observation, command)
+            if _unstable(twin) or task.done(twin):
+                timed_out = False
+                break
+        outcome = task.outcome(twin, timed_out)
+        if _unstable(twin):  # MuJoCo reset the state: what the task sees now is not this trial's
+            outcome = Outcome(False, 0.0, UNSTABLE, {"unstable_at_tick": float(tick)})
+        observer.end(twin, outcome)
+        metrics = {str(k): float(v) for k, v in outcome.metrics.items()}
+        metrics["commands_rejected"] = float(sum(controller.stats.rejected.values()))
+        return TrialResult(id=spec.id, policy=spec.policy, task=spec.task, seed=spec.seed,
+                           control_rate_hz=spec.control_rate_hz, perturbation=values, success=bool(outcome.success),
+                           margin=float(outcome.margin), stage=str(outcome.stage), sim_time_s=twin.time - start,
+                           wall_s=time.perf_counter() - wall0, metrics=metrics)
+
+
+def _unstable(twin) -> bool:
+    """MuJoCo met NaN / Inf / huge values in the state and reset it (it counts each such warning)."""
+    warnings = twin.data.warning
+    return any(warnings[w].number > 0 for w in _BAD_STATE)
+
+
+def _seed_globals(seed: int) -> None:
+    """Policies that draw from the global generators draw the same numbers in every run."""
+    random.seed(seed)
+    np.random.seed(seed % 2 ** 32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+# -- process pool -----------------------------------------------------------------------------------
+_WORKER: TrialWorker | None = None
+
+
+def _pool_init(threads: int) -> None:
+    global _WORKER
+    _WORKER = TrialWorker(threads)
+
+
+def _pool_run(spec: TrialSpec) -> TrialResult:
+    return _WORKER.run(spec)
+
+
+# -- campaigns ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Planned:
+    """A trial's place in a campaign: its index and what proposed it (a sampler, refinement)."""
+
+    index: int
+    spec: TrialSpec
+    sampler: str = "uniform"
+
+
+class TrialPool:
+    """Where trials run: this process (one worker), a process pool, or Ray actors; started on
+    first use and kept until closed, so a search's rounds reuse warm workers (their loaded
+    tasks, policies and compiled twins)."""
+
+    def __init__(self, workers: int = 1, backend: str = "process", address: str | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if workers < 1:
+            raise ValueError(f"workers is {workers}; expected 1 or more")
+        self.workers, self.backend, self.address = workers, backend, address
+        self._local: TrialWorker | None = None
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray = None
+
+    def run(self, specs: Sequence[TrialSpec]) -> Iterable[TrialResult]:
+        """The results of `specs`, in the order they finish."""
+        if not specs:
+            return
+        if self.backend == "ray":
+            if self._ray is None:
+                from r2s2r.eval.ray_backend import RayWorkers
+                self._ray = RayWorkers(self.workers, self.address)
+            yield from self._ray.run(specs)
+        elif self.workers == 1:
+            self._local = self._local or TrialWorker()
+            for spec in specs:
+                yield self._local.run(spec)
+        else:
+            yield from self._run_pool(specs)
+
+    def _run_pool(self, specs: Sequence[TrialSpec]) -> Iterable[TrialResult]:
+        if self._pool is None:
+            import multiprocessing
+            # spawn: a fresh interpreter per worker, no inherited threads, GL contexts or locks.
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_pool_init, initargs=(1,))
+        queue = list(reversed(specs))
+        running = set()
+        try:
+            while queue or running:
+                while queue and len(running) < 2 * self.workers:  # a few ahead, so no worker waits
+                    running.add(self._pool.submit(_pool_run, queue.pop()))
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        finally:
+            for future in running:
+                future.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._ray is not None:
+            self._ray.close()
+            self._ray = None
+
+    def __enter__(self) -> "TrialPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_trials(planned: Sequence[Planned], store, campaign: str, workers: int = 1, backend: str = "process",
+               address: str | None = None, progress: bool = True, bar=None,
+               pool: TrialPool | None = None) -> list[TrialResult]:
+    """Run every planned trial not yet in `store`, storing each as it ends; return all of them
+    (stored and new) in plan order. Trials already stored by another campaign are linked, not rerun.
+    `bar`: a progress bar (`progress_bar`) the caller keeps over several calls; by default one of
+    this call's own (when `progress`). `pool`: workers the caller keeps over several calls; by
+    default `workers` on `backend`, started for this call."""
+    if pool is None:
+        with TrialPool(workers, backend, address) as own_pool:
+            return run_trials(planned, store, campaign, progress=progress, bar=bar, pool=own_pool)
+    stored = store.stored_ids(p.spec.id for p in planned)
+    pending: list[Planned] = []
+    seen: set[str] = set()
+    for p in planned:
+        if p.spec.id in stored:
+            store.link(p.spec.id, campaign, p.index, p.sampler)
+        elif p.spec.id not in seen:  # the same trial twice in one plan runs once
+            seen.add(p.spec.id)
+            pending.append(p)
+    by_id: dict[str, list[Planned]] = {}
+    for p in planned:
+        by_id.setdefault(p.spec.id, []).append(p)
+
+    own = bar is None
+    if own:
+        bar = progress_bar(len(planned), campaign, progress)
+    bar.update(len(planned) - len(pending))
+    try:
+        for result in pool.run([p.spec for p in pending]):
+            for p in by_id[result.id]:
+                store.add(result, campaign, p.index, p.sampler)
+            bar.set_postfix_str(f"last: {result.stage} {result.margin:+.3f}", refresh=False)
+            bar.update(1)
+    finally:
+        if own:
+            bar.close()
+    return [store.get(p.spec.id) for p in planned]
+
+
+class _NoBar:
+    total = 0
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+    def set_description_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, label: str, enabled: bool = True):
+    """A progress bar with rate and ETA on stderr (tqdm), or one that shows nothing."""
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc=label, unit="trial", dynamic_ncols=True, smoothing=0.1, file=sys.stderr)
+
+
+# -- campaigns of random perturbations (`r2s2r eval`) -------------------------------------------------------
+def sample_perturbations(space, count: int, seed: int, factors: Sequence[str] | None = None,
+                         nominal: bool = False) -> list[dict[str, float]]:
+    """`count` points of a perturbation space, trial i drawn uniformly from its own generator
+    (seed, i), so a longer campaign extends a shorter one. `factors` limits what varies (the
+    rest stay nominal); `nominal` varies nothing."""
+    names = list(space.names) if factors is None else list(factors)
+    for name in names:
+        space.factor(name)  # raises, naming the known factors
+    points = []
+    for i in range(count):
+        if nominal or not names:
+            points.append({})
+            continue
+        rng = np.random.default_rng([int(seed), int(i)])
+        u = rng.random(len(names))
+        points.append({n: space.factor(n).from_unit(x) for n, x in zip(names, u)})
+    return points
+
+
+def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[str] | None = None,
+              nominal: bool = False, control_rate_hz: float | None = None,
+              task_ref: str | None = None) -> list[Planned]:
+    """The trials of an evaluation campaign: perturbation and seed of trial i from (seed, i)."""
+    points = sample_perturbations(task.perturbations, count, seed, factors, nominal)
+    ref = task_ref or task.name
+    phase = "nominal" if nominal else "uniform"
+    return [Planned(i, TrialSpec.of(policy, ref, p, trial_seed(seed, i), control_rate_hz), phase)
+            for i, p in enumerate(points)]
+
+
+__all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "TrialError", "Planned", "TrialPool",
+           "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]

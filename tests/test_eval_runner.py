@@ -1,0 +1,181 @@
+"""The trial runner and its store: determinism, worker counts, resume after kill -9, Ray.
+
+Trials run a synthetic task (tests/eval_helpers.py): a real twin and trial loop, a fifth of a
+second each, with failure regions known in closed form."""
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from r2s2r.eval.runner import Planned, TrialSpec, TrialWorker, plan_eval, run_trials, trial_seed
+from r2s2r.eval.store import StoreError, TrialStore
+from r2s2r.eval.tasks import load_task
+from tests.eval_helpers import HOLD, REPO, expected_margin, subprocess_env, synthetic_task
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory):
+    return str(synthetic_task(tmp_path_factory.mktemp("synthetic")))
+
+
+def rows(store):
+    return sorted(r.deterministic() for r in store.results())
+
+
+def test_a_trial_gives_the_same_result_bit_for_bit_whatever_ran_before(task_file):
+    a = TrialSpec.of(HOLD, task_file, {"block_x": -0.1, "block_y": 0.03}, seed=7)
+    b = TrialSpec.of(HOLD, task_file, {"block_x": 0.12, "block_colour": 2.0, "light": 0.6}, seed=8)
+    worker = TrialWorker()
+    first, _, again = worker.run(a), worker.run(b), worker.run(a)  # the twin of `a` is reused for `again`
+    fresh = TrialWorker().run(a)
+    assert first.deterministic() == again.deterministic() == fresh.deterministic()
+    assert first.margin == fresh.margin  # bit for bit, not approximately
+    assert first.wall_s > 0 and first.sim_time_s == pytest.approx(0.2)
+    # The margin comes from the block's position in the twin after the trial's physics.
+    margin, stage = expected_margin(-0.1, 0.03)
+    assert (first.success, first.stage) == (False, stage) == (False, "too_near")
+    assert first.margin == pytest.approx(margin, abs=2e-3)
+    assert first.id == a.id and first.id != b.id
+    assert TrialSpec.of(HOLD, task_file, {"block_x": -0.1, "block_y": 0.03}, seed=8).id != a.id
+
+
+def test_a_trial_whose_physics_blows_up_ends_as_sim_unstable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo logs its warning to MUJOCO_LOG.TXT in the working directory
+    unstable = synthetic_task(tmp_path, explode=True)
+    result = TrialWorker().run(TrialSpec.of(HOLD, str(unstable), {"block_x": 0.1}))
+    assert (result.success, result.stage, result.margin) == (False, "sim_unstable", 0.0)
+    # Blown up by the first tick's judging, found (and ended) at the second: not run to 0.2 s.
+    assert result.metrics["unstable_at_tick"] == 2.0
+    assert (tmp_path / "MUJOCO_LOG.TXT").read_text().count("The simulation is unstable") == 1
+
+
+def test_trial_ids_hash_exactly_the_inputs():
+    spec = TrialSpec.of("scripted:hold", "t", {"b": 0.1, "a": 1}, 3)
+    assert spec.perturbation == (("a", 1.0), ("b", 0.1))
+    assert spec.id == TrialSpec.of("scripted:hold", "t", {"a": 1.0, "b": 0.1}, 3).id
+    assert spec.id != TrialSpec.of("scripted:hold", "t", {"a": 1.0, "b": math.nextafter(0.1, 1.0)}, 3).id
+    assert spec.id != TrialSpec.of("scripted:hold", "t", {"a": 1.0, "b": 0.1}, 3, control_rate_hz=500).id
+    assert trial_seed(0, 1) == trial_seed(0, 1) != trial_seed(0, 2) != trial_seed(1, 2)
+
+
+def test_one_and_two_workers_store_identical_rows(task_file, tmp_path):
+    task = load_task(task_file)
+    planned = plan_eval(HOLD, task, 10, seed=3, task_ref=task_file)
+    assert len({p.spec.id for p in planned}) == 10
+    with TrialStore(tmp_path / "one.sqlite") as one, TrialStore(tmp_path / "two.sqlite") as two:
+        run_trials(planned, one, "c", workers=1, progress=False)
+        results = run_trials(planned, two, "c", workers=2, progress=False)
+        assert rows(one) == rows(two)
+        assert [r.id for r in results] == [p.spec.id for p in planned]  # plan order, not finishing order
+        assert {r.stage for r in results} >= {"success", "too_near"}
+        # Resuming a finished campaign runs nothing.
+        before = [r.wall_s for r in two.results()]
+        run_trials(planned, two, "c", workers=2, progress=False)
+        assert [r.wall_s for r in two.results()] == before and two.count() == 10
+
+
+def _stored(path) -> int:
+    if not path.is_file():
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.OperationalError:  # the schema is being created
+        return 0
+
+
+def test_a_campaign_killed_with_sigkill_resumes_without_losing_or_repeating_a_trial(task_file, tmp_path):
+    trials = 60
+    out = tmp_path / "killed"
+    args = [sys.executable, "-m", "r2s2r.cli", "eval", "--task", task_file, "--policy", HOLD, "--trials", str(trials),
+            "--workers", "2", "--seed", "5", "--out", str(out), "--no-images", "--no-progress"]
+    proc = subprocess.Popen(args, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    store_path = out / "trials.sqlite"
+    deadline = time.monotonic() + 120
+    while _stored(store_path) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the campaign and its pool workers, mid-run
+    output = proc.communicate()[0].decode()
+    killed_at = _stored(store_path)
+    assert 5 <= killed_at < trials, f"the campaign was not killed mid-run ({killed_at} stored):\n{output}"
+
+    resumed = subprocess.run(args, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "report:" in resumed.stdout
+
+    reference = tmp_path / "reference.sqlite"
+    with TrialStore(reference) as ref, TrialStore(store_path) as store:
+        run_trials(plan_eval(HOLD, load_task(task_file), trials, seed=5, task_ref=task_file), ref, "r", progress=False)
+        assert rows(store) == rows(ref)  # nothing lost, nothing changed
+        assert store.count() == trials  # nothing doubled
+        (campaign,) = store.campaigns()
+        assert store.count(campaign) == trials
+        assert len({r.id for r in store.results(campaign)}) == trials
+
+
+def test_a_campaign_resumed_with_other_settings_is_refused(tmp_path):
+    with TrialStore(tmp_path / "s.sqlite") as store:
+        store.open_campaign("c", {"trials": 10, "seed": 0})
+        store.open_campaign("c", {"trials": 10, "seed": 0})  # same settings: resume
+        with pytest.raises(StoreError, match="seed differ"):
+            store.open_campaign("c", {"trials": 10, "seed": 1})
+        with pytest.raises(StoreError, match="no trial with id 'ffff'"):
+            store.find("ffff")
+
+
+def test_bad_runner_arguments_say_what_was_expected(task_file, tmp_path):
+    planned = [Planned(0, TrialSpec.of(HOLD, task_file))]
+    with TrialStore(tmp_path / "s.sqlite") as store:
+        with pytest.raises(ValueError, match="expected one of process, ray"):
+            run_trials(planned, store, "c", backend="dask")
+        with pytest.raises(ValueError, match="expected 1 or more"):
+            run_trials(planned, store, "c", workers=0)
+    with pytest.raises(Exception, match="unknown factor"):
+        TrialWorker().run(TrialSpec.of(HOLD, task_file, {"block_z": 0.1}))
+
+
+def test_the_ray_backend_on_a_local_instance_gives_the_process_pools_rows(task_file, tmp_path):
+    assert "ray" not in sys.modules  # the backend imports it, set up for a loopback instance
+    task = load_task(task_file)
+    planned = plan_eval(HOLD, task, 6, seed=11, task_ref=task_file)
+    os.environ["PYTHONPATH"] = subprocess_env()["PYTHONPATH"]  # Ray's workers import the task's logic module
+    try:
+        with TrialStore(tmp_path / "pool.sqlite") as pool, TrialStore(tmp_path / "ray.sqlite") as on_ray:
+            run_trials(planned, pool, "c", workers=2, progress=False)
+            # No address: the backend starts a local Ray instance (loopback, 2 CPUs) for the campaign.
+            run_trials(planned, on_ray, "c", workers=2, backend="ray", progress=False)
+            import ray
+            assert ray.is_initialized()
+            assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+            assert rows(pool) == rows(on_ray)
+    finally:
+        sys.modules["ray"].shutdown()
+
+
+def test_the_eval_command_ranks_several_policies_on_the_same_trials(task_file, tmp_path, capsys):
+    from r2s2r.cli import main
+    from r2s2r.robots import get_robot
+    goto = tmp_path / "goto_home.yaml"  # holds the arm at home too: the same outcomes as hold
+    home = [float(v) for v in get_robot('franka_fr3').home_positions]
+    goto.write_text(f"uri: scripted:goto\nparams:\n  goal: {{arm: {home}}}\n")
+    out = tmp_path / "eval"
+    assert main(["eval", "--task", task_file, "--policy", HOLD, "--policy", str(goto), "--trials", "8",
+                 "--out", str(out), "--no-images", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    lines = [line for line in printed.splitlines() if "95% CI" in line]
+    assert len(lines) == 2 and lines[0].split(": ", 1)[1] == lines[1].split(": ", 1)[1]  # same trials, same rates
+    assert "ranking: " in printed and "p = 1 (mcnemar, Holm)" in printed
+    assert (out / "0_scripted_hold" / "report.html").is_file() and (out / "1_goto_home" / "summary.json").is_file()
+    assert main(["eval", "--task", task_file, "--policy", "scripted:nonexistent", "--trials", "1",
+                 "--out", str(out)]) == 2
+    assert "unknown scripted policy 'nonexistent'" in capsys.readouterr().err

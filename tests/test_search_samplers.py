@@ -1,0 +1,128 @@
+"""Each sampler on a synthetic problem with known failure regions finds them; the atlas recovers
+them as clusters with the right conditions; bisection locates a known boundary.
+
+The problem lives in the unit cube of five factors. Two regions fail, each at its own stage:
+`corner` where u0 > 0.8 and u1 < 0.2 (4% of the cube) and `disc` within 0.12 of (0.3, 0.7) in
+(u2, u3) (4.5%); u4 never matters."""
+
+import numpy as np
+import pytest
+
+from r2s2r.search.atlas import build_atlas
+from r2s2r.search.refine import Boundary, bisect
+from r2s2r.search.samplers import SAMPLERS, CEMSampler, make_sampler
+from r2s2r.search.perturbations import parse_space
+from r2s2r.sim.scene import parse_scene
+
+NAMES = ("u0", "u1", "u2", "u3", "u4")
+SCENE = parse_scene({"robot": "franka_fr3", "objects": [
+    {"name": "block", "shape": "box", "size": [0.05, 0.05, 0.05], "pos": [0.45, 0.0, 0.025]}]})
+# Five factors over [0, 1], so unit coordinates and values coincide (their kinds do not matter here).
+SPACE = parse_space({"factors": [{"name": n, "kind": k, "target": "block", "range": [0.0, 1.0]} for n, k in zip(
+    NAMES, ("object_x", "object_y", "object_yaw", "object_mass_scale", "object_friction"))]}, SCENE)
+
+
+def judge(u):
+    corner = max(0.8 - u[0], u[1] - 0.2)  # < 0 inside
+    disc = float(np.hypot(u[2] - 0.3, u[3] - 0.7)) - 0.12
+    margin = min(corner, disc)
+    return margin, "success" if margin > 0 else ("corner" if corner <= 0 else "disc")  # the corner comes first
+
+
+class Result:
+    """What the atlas reads of a trial."""
+
+    def __init__(self, index, u):
+        self.id = f"t{index}"
+        self.margin, self.stage = judge(u)
+        self.success = self.margin > 0
+        self.perturbation = SPACE.from_unit(u)
+
+
+def search(name, budget=300, batch=20, seed=0):
+    sampler = make_sampler(name, len(NAMES), seed)
+    points = []
+    while len(points) < budget:
+        batch_points = sampler.ask(batch)
+        assert batch_points.shape == (batch, 5) and np.all((batch_points >= 0) & (batch_points <= 1))
+        outcomes = [judge(u) for u in batch_points]
+        sampler.tell(batch_points, [m for m, _ in outcomes], [s for _, s in outcomes])
+        points += list(batch_points)
+    return np.array(points)
+
+
+@pytest.fixture(scope="module")
+def searches():
+    return {name: search(name) for name in SAMPLERS}
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_each_sampler_finds_both_failure_regions(searches, name):
+    stages = [judge(u)[1] for u in searches[name]]
+    assert stages.count("corner") >= 3 and stages.count("disc") >= 3, {s: stages.count(s) for s in set(stages)}
+    results = [Result(i, u) for i, u in enumerate(searches[name])]
+    atlas = build_atlas(results, SPACE)
+    found = {c.stage for c in atlas.clusters}
+    assert {"corner", "disc"} <= found, [(c.stage, c.describe()) for c in atlas.clusters]
+    # The largest corner cluster is bounded where the region is.
+    corner = max((c for c in atlas.clusters if c.stage == "corner"), key=lambda c: c.size)
+    bounds = {c.factor: (c.low, c.high) for c in corner.conditions}
+    assert bounds["u0"][0] == pytest.approx(0.8, abs=0.05) and bounds["u1"][1] == pytest.approx(0.2, abs=0.05)
+    disc = max((c for c in atlas.clusters if c.stage == "disc"), key=lambda c: c.size)
+    bounds = {c.factor: (c.low, c.high) for c in disc.conditions}
+    assert bounds["u2"][0] <= 0.3 <= bounds["u2"][1], disc.describe()
+    rep = next(r for r in results if r.id == disc.representative)
+    assert rep.stage == "disc" and disc.contains(SPACE.to_unit(rep.perturbation), atlas.factors)
+    # u4 never matters, so no cluster is conditioned on it. Where the points are spread evenly,
+    # every condition is on a factor that matters to that region (an adaptive sampler's points
+    # are not, so its regions may carry the bounds of where it looked).
+    assert all(c.factor != "u4" for cl in atlas.clusters for c in cl.conditions)
+    if name in ("uniform", "sobol"):
+        assert {c.factor for c in corner.conditions} == {"u0", "u1"}, corner.describe()
+        assert {c.factor for c in disc.conditions} == {"u2", "u3"}, disc.describe()
+
+
+def test_adaptive_samplers_find_more_failures_than_uniform_sampling(searches):
+    failures = {n: sum(judge(u)[0] <= 0 for u in searches[n]) for n in SAMPLERS}
+    assert failures["cem"] >= 3 * failures["uniform"], failures
+    assert failures["tpe"] >= 2 * failures["uniform"], failures
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_sampler_proposes_the_same_points_for_the_same_seed_and_results(name):
+    assert np.array_equal(search(name, budget=60), search(name, budget=60))
+    assert not np.array_equal(search(name, budget=60, seed=1), search(name, budget=60))
+
+
+def test_cem_shares_its_draws_between_failure_stages():
+    sampler = CEMSampler(2, seed=0, warmup=0, explore=0.0)
+    common = np.column_stack([np.full(40, 0.9), np.linspace(0.0, 1.0, 40)])  # 40 failures of one stage
+    rare = np.array([[0.1, 0.1], [0.12, 0.1]])  # 2 of another
+    sampler.tell(np.vstack([common, rare, [[0.5, 0.5]] * 10]), [-1.0] * 42 + [1.0] * 10,
+                 ["common"] * 40 + ["rare"] * 2 + ["success"] * 10)
+    points = sampler.ask(400)
+    near_rare = np.linalg.norm(points - [0.11, 0.1], axis=1) < 0.15
+    assert 0.3 < near_rare.mean() < 0.7  # about half, though the rare stage has 5% of the elites
+
+
+def test_unknown_sampler_and_empty_space_are_refused():
+    with pytest.raises(ValueError, match="expected one of uniform, sobol, cem, tpe"):
+        make_sampler("random", 3)
+    with pytest.raises(ValueError, match="at least one factor"):
+        make_sampler("uniform", 0)
+
+
+def test_bisection_locates_a_boundary_to_half_a_segment_per_step():
+    # Along u0 with everything else in the corner: the boundary is u0 = 0.8.
+    inside, outside = np.array([0.95, 0.1, 0.9, 0.1, 0.5]), np.array([0.56, 0.1, 0.9, 0.1, 0.5])
+    pair = Boundary(0, "corner", inside, outside, "f", "s", judge(inside)[0], judge(outside)[0])
+    calls = []
+
+    def evaluate(points):
+        calls.append(len(points))
+        return [Result(f"m{len(calls)}", u) for u in points]
+    (refined,) = bisect([pair], 6, evaluate)
+    assert calls == [1] * 6 and refined.steps == 6
+    assert refined.failure[0] > 0.8 >= refined.success[0]
+    assert refined.width == pytest.approx(0.39 / 2 ** 6)
+    assert 0 < refined.success_margin < 0.01  # a near-miss
