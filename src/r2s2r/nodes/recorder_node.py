@@ -1,0 +1,104 @@
+"""recorder_node: one robot's episode into an MCAP ROS 2 bag (data.episode.EpisodeWriter).
+
+It subscribes to everything the robot's driver publishes and accepts (contract.interface:
+joint_states, diagnostics, every group's and gripper's command topics, estop) and each camera's
+image_raw, depth/image_raw and camera_info, and logs every message as it arrives, stamped
+with this node's clock (ROS time: the twin's /clock under use_sim_time).
+
+Parameters:
+  robot       registered robot name (required)
+  out         the bag to write (required)
+  cameras     camera names to record (default none)
+  depth       also record cameras/<name>/depth/image_raw (default true)
+  duration_s  stop after this long (0: until stopped)
+  stack       the stack the robot runs in (recorded in the bag's /r2s2r/episode)
+"""
+
+from __future__ import annotations
+
+import threading
+
+import rclpy
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from r2s2r.contract import qos
+from r2s2r.contract.names import Topics
+from r2s2r.data.episode import EpisodeWriter, episode_topics
+from r2s2r.data.mcap_io import message_class
+from r2s2r.nodes.runtime import run
+from r2s2r.robots import get_robot
+
+
+def _qos_for(topic: str):
+    if topic.startswith("cameras/"):
+        return qos.SENSOR
+    if topic == Topics.ESTOP:
+        return qos.LATCHED
+    if topic == Topics.DIAGNOSTICS:
+        return qos.DIAGNOSTICS
+    return qos.COMMAND if topic != Topics.JOINT_STATES else qos.STATE
+
+
+class RecorderNode(Node):
+    def __init__(self):
+        super().__init__("recorder")
+        self.declare_parameters("", [("robot", ""), ("out", ""), ("cameras", Parameter.Type.STRING_ARRAY),
+                                     ("depth", True), ("duration_s", 0.0), ("stack", "")])
+        robot = self.get_parameter("robot").value
+        out = self.get_parameter("out").value
+        if not robot:
+            raise ValueError("parameter 'robot' is required: one of the registered robots")
+        if not out:
+            raise ValueError("parameter 'out' is required: the MCAP bag to write")
+        self.robot = get_robot(robot)
+        try:
+            cameras = [c for c in self.get_parameter("cameras").value if c]
+        except rclpy.exceptions.ParameterUninitializedException:
+            cameras = []
+        topics = episode_topics(self.robot, cameras, depth=self.get_parameter("depth").value)
+        namespace = self.get_namespace().strip("/")
+        self._lock = threading.Lock()  # callbacks run on the executor's threads; the writer is not thread-safe
+        self.writer = EpisodeWriter(out, self.robot.name, namespace,
+                                    meta={"stack": self.get_parameter("stack").value, "cameras": cameras},
+                                    stamp=self._now())
+        self.counts = {t: 0 for t in topics}
+        for topic, kind in topics.items():
+            self.create_subscription(message_class(kind), topic, lambda msg, t=topic: self._on_message(t, msg),
+                                     _qos_for(topic))
+        duration = self.get_parameter("duration_s").value
+        if duration > 0:
+            self._stop_timer = self.create_timer(duration, self._stop)
+        self.get_logger().info(f"recording {self.robot.name} ({len(topics)} topics, cameras "
+                               f"{', '.join(cameras) or 'none'}) into {out}")
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_message(self, topic: str, msg) -> None:
+        with self._lock:
+            if self.writer is None:
+                return
+            self.writer.write(topic, msg, self._now())
+            self.counts[topic] += 1
+
+    def _stop(self) -> None:
+        self.get_logger().info("duration reached; closing the bag")
+        self.close()
+        rclpy.try_shutdown()  # ends the executor's spin; runtime.run exits cleanly
+
+    def close(self) -> None:
+        with self._lock:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+                recorded = ", ".join(f"{t} {n}" for t, n in self.counts.items() if n)
+                print(f"[recorder] closed the bag: {recorded or 'no messages'}", flush=True)
+
+
+def main(args=None) -> int:
+    return run(RecorderNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""`r2s2r record`, `r2s2r reconstruct` and `r2s2r align`.
+
+    r2s2r record --stack config/stacks/franka_sim.yaml --out episode.mcap [--cameras scene] [--duration 10]
+    r2s2r reconstruct episode.mcap --extrinsics cams.yaml [--objects known.yaml] --out scene.yaml
+    r2s2r align episode.mcap (--scene scene.yaml | --extrinsics cams.yaml) [--objects known.yaml]
+                [--fit] [--excitation other.mcap] [--workers 2] --out report_dir
+
+`align --fit` identifies the arm on `--excitation` (default the episode itself), then the
+tracked objects' mass and friction on the episode with the arm held, and writes into --out:
+fitted_scene.yaml (the scene with the objects' fitted mass and friction; its `dynamics` note
+names the file below), robot_dynamics.yaml (per-joint kp, kv, damping, armature, friction
+loss and the command latency) and the before/after report (alignment.html, alignment.json).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from r2s2r.config import ConfigError, load_yaml
+
+
+def _stack_robot(stack_path: str) -> tuple[str, str, list[str]]:
+    """(robot, namespace, cameras) of a stack's driver node."""
+    from r2s2r.stack import load_stack
+    stack = load_stack(stack_path)
+    driver = next((n for n in stack.nodes if n.executable == "driver_node"), None)
+    if driver is None:
+        raise ConfigError(stack.source, "nodes", "a driver_node whose robot the recording is of")
+    params: dict = {}
+    for f in driver.parameter_files:
+        for section in load_yaml(f).values():
+            if isinstance(section, dict):
+                params.update(section.get("ros__parameters", {}) or {})
+    params.update(driver.parameters)
+    robot = params.get("robot")
+    if not robot:
+        raise ConfigError(stack.source, f"nodes.{driver.name}.parameters.robot", "the driver's robot")
+    cameras = []
+    if params.get("backend", "sim") == "sim" and params.get("camera_rate_hz", 30.0) > 0:
+        from r2s2r.sim.scene import Scene, load_scene
+        scene = load_scene(params["scene"]) if params.get("scene") else Scene(robot=robot)
+        cameras = [c.name for c in scene.all_cameras()]
+    wanted = [c for c in params.get("cameras", []) if c]
+    return robot, driver.namespace, wanted or cameras
+
+
+def _record(args) -> int:
+    from r2s2r.nodes import recorder_node
+    robot, namespace, cameras = _stack_robot(args.stack)
+    if args.cameras is not None:
+        cameras = [c for c in args.cameras.split(",") if c]
+    ros = ["--ros-args", "-r", "__node:=recorder", "-p", f"robot:={robot}", "-p", f"out:={args.out}",
+           "-p", f"duration_s:={float(args.duration)}", "-p", f"stack:={args.stack}",
+           "-p", f"depth:={'true' if not args.no_depth else 'false'}"]
+    if cameras:
+        ros += ["-p", f"cameras:=[{','.join(cameras)}]"]
+    if namespace:
+        ros += ["-r", f"__ns:=/{namespace.strip('/')}"]
+    if args.use_sim_time:
+        ros += ["-p", "use_sim_time:=true"]
+    return recorder_node.main(["recorder_node", *ros])
+
+
+def _markers(objects_path):
+    from r2s2r.real2sim.markers import load_known_objects
+    known = load_known_objects(objects_path) if objects_path else {}
+    return known, {k: v.marker for k, v in known.items() if v.marker is not None}
+
+
+def _reconstruct(args) -> int:
+    from r2s2r.data.episode import load_episode
+    from r2s2r.real2sim.reconstruct import load_extrinsics, reconstruct, write_scene
+    from r2s2r.real2sim.validate import validate
+    episode = load_episode(args.episode)
+    known, _ = _markers(args.objects)
+    rec = reconstruct(episode, load_extrinsics(args.extrinsics, episode), known)
+    path = write_scene(rec.scene, args.out, f"# Reconstructed by `r2s2r reconstruct` from {args.episode}.")
+    report = rec.report()
+    if not args.no_validate:
+        result = validate(rec.scene)
+        report["validation"] = result.report()
+        if not result.passed:
+            print(f"r2s2r reconstruct: the scene fails validation: {result.message()}")
+    Path(args.out).with_suffix(".json").write_text(json.dumps(report, indent=1))
+    print(f"wrote {path}: {len(rec.objects)} objects; support at {rec.plane_height:.4f} m; camera corrections "
+          + ", ".join(f"{c.camera} {1000 * c.translation_m:.1f} mm / {c.rotation_rad * 57.2958:.2f} deg"
+                      for c in rec.corrections.values()))
+    return 0
+
+
+def write_fitted(out_dir: Path, scene, fit_values: dict, parameters) -> tuple[Path, Path]:
+    """fitted_scene.yaml and robot_dynamics.yaml: what the fit found, for the twin to load."""
+    from r2s2r.real2sim.reconstruct import write_scene
+    out_dir.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for o in scene.objects:
+        objects.append(replace(o, mass=float(fit_values.get(f"{o.name}.mass", o.mass)),
+                               friction=float(fit_values.get(f"{o.name}.friction", o.friction))))
+    dyn = {"robot": scene.robot, "command_latency_s": float(fit_values.get("latency_s", 0.0)),
+           "joints": parameters.joint_values(fit_values),
+           "fitted": {k: float(v) for k, v in fit_values.items()}}
+    dyn_path = out_dir / "robot_dynamics.yaml"
+    dyn_path.write_text("# Fitted by `r2s2r align --fit`: per-joint actuator gains and passive dynamics, and the\n"
+                        "# command latency. real2sim.params.TwinParameters applies `fitted` to a twin.\n"
+                        + yaml.safe_dump(dyn, sort_keys=False))
+    scene_path = write_scene(scene.with_objects(objects), out_dir / "fitted_scene.yaml",
+                             f"# Fitted by `r2s2r align --fit`; robot dynamics and latency: {dyn_path.name}")
+    return scene_path, dyn_path
+
+
+def _align(args) -> int:
+    from r2s2r.data.episode import load_episode
+    from r2s2r.real2sim.align import align, track_objects
+    from r2s2r.real2sim.markers import add_markers
+    from r2s2r.real2sim.reconstruct import load_extrinsics, reconstruct
+    from r2s2r.real2sim.replay import ReplayTwin, setpoints
+    from r2s2r.real2sim.report import write_report
+    from r2s2r.real2sim.sysid import fit
+    from r2s2r.sim.scene import load_scene
+    from r2s2r.sim.twin import build_scene_spec
+    episode = load_episode(args.episode)
+    known, markers = _markers(args.objects)
+    reconstruction = None
+    if args.scene:
+        scene = load_scene(args.scene)
+    elif args.extrinsics:
+        reconstruction = reconstruct(episode, load_extrinsics(args.extrinsics, episode), known)
+        scene = reconstruction.scene
+    else:
+        raise ConfigError("command line", "--scene", "a scene YAML, or --extrinsics to reconstruct one")
+    if scene.robot != episode.robot.name:
+        raise ConfigError(args.scene or "reconstruction", "robot", f"the episode's robot {episode.robot.name}",
+                          scene.robot)
+    spec = build_scene_spec(scene)
+    if markers:
+        add_markers(spec, {k: m for k, m in markers.items() if k in {o.name for o in scene.objects}})
+    rt = ReplayTwin(scene, spec=spec)
+    stream = setpoints(episode, rt.twin.timestep)
+    tracks = track_objects(episode, scene, markers) if markers else []
+    before = align(rt, episode, stream, {}, tracks)
+    out = Path(args.out)
+    fitted = after = None
+    if args.fit:
+        arm_names = [f"{g}.{k}" for g in episode.robot.group_names
+                     for k in ("kp_scale", "kv_scale", "damping_scale", "frictionloss")]
+        arm_path = args.excitation or args.episode
+        arm_episode = load_episode(arm_path) if args.excitation else episode
+        arm_fit = fit(scene, [arm_episode], arm_names, workers=args.workers, episode_paths=[arm_path],
+                      use=("position", "velocity", "effort"), markers=markers or None)
+        fitted = arm_fit
+        values = arm_fit.values
+        moved = [t.name for t in tracks if len(t.positions) > 1 and
+                 float(abs(t.positions[:, 2] - t.positions[0, 2]).max()) > 0.01]
+        if moved:
+            object_names = [f"{n}.{k}" for n in moved for k in ("mass", "friction")]
+            object_fit = fit(scene, [episode], object_names, tracks=[tracks], fixed=values, workers=args.workers,
+                             episode_paths=[args.episode], window_s=None, markers=markers or None,
+                             global_iterations=8)
+            values = object_fit.values
+            fitted = arm_fit.report()
+            fitted["parameters"] += object_fit.report()["parameters"]
+        after = align(rt, episode, stream, values, tracks)
+        write_fitted(out, scene, values, rt.parameters)
+    json_path, html_path = write_report(out, args.episode, before, after, fitted, reconstruction)
+    line = f"joint RMSE {1000 * before.rmse:.3f} mrad"
+    if after is not None:
+        line += f" -> {1000 * after.rmse:.3f} mrad after the fit"
+    print(f"{line}; report {html_path}")
+    return 0
+
+
+def add_real2sim_parsers(sub) -> None:
+    """Register `record`, `reconstruct` and `align` on the r2s2r command's subparsers."""
+    record = sub.add_parser("record", help="record a robot's episode into an MCAP ROS 2 bag")
+    record.add_argument("--stack", required=True, help="the stack whose robot is recorded (its driver's topics)")
+    record.add_argument("--out", required=True, help="the bag to write (EPISODE.mcap)")
+    record.add_argument("--cameras", default=None, help="comma-separated cameras (default: the stack's)")
+    record.add_argument("--duration", type=float, default=0.0, help="seconds (default: until Ctrl-C)")
+    record.add_argument("--no-depth", action="store_true", help="leave out depth images")
+    record.add_argument("--use-sim-time", action="store_true", help="stamp with the twin's /clock")
+    record.set_defaults(func=_record)
+
+    rec = sub.add_parser("reconstruct", help="a scene YAML from an episode's first RGB-D frames")
+    rec.add_argument("episode")
+    rec.add_argument("--extrinsics", required=True, help="camera extrinsics YAML (r2s2r calibrate handeye)")
+    rec.add_argument("--objects", help="known objects: markers, shapes, sizes, meshes")
+    rec.add_argument("--out", required=True, help="the scene YAML to write")
+    rec.add_argument("--no-validate", action="store_true", help="skip the physical validation")
+    rec.set_defaults(func=_reconstruct)
+
+    al = sub.add_parser("align", help="replay an episode in the twin, measure and (--fit) reduce the disagreement")
+    al.add_argument("episode")
+    al.add_argument("--scene", help="the twin's scene (default: reconstruct it, with --extrinsics)")
+    al.add_argument("--extrinsics", help="camera extrinsics YAML, to reconstruct the scene")
+    al.add_argument("--objects", help="known objects (markers to track)")
+    al.add_argument("--fit", action="store_true", help="fit the twin's parameters and write them")
+    al.add_argument("--excitation", help="an episode of free arm motion to identify the arm on")
+    al.add_argument("--workers", type=int, default=1)
+    al.add_argument("--out", default="alignment", help="folder for the report and the fitted files")
+    al.set_defaults(func=_align)
+
+
+__all__ = ["add_real2sim_parsers", "write_fitted"]

@@ -1,0 +1,574 @@
+"""System identification: the twin's parameters that make its replay agree with the recording.
+
+The time offset between the recorded commands and the states comes first. It matters more
+than anything fitted after it: on data shifted by a single physics step, least squares still
+converges, to gains and damping that absorb the shift, and reports success.
+
+1. A model-free first estimate (`estimate_offset`): the cross-correlation, in a band above the
+   arm's own response, of the measured joint efforts with the twin's under the recorded
+   setpoints (a servo's effort follows its setpoint at once, its motion a servo time constant
+   later).
+2. CMA-ES (`cma`) over the model parameters and the latency together, from the spec's values
+   and that estimate, on the episodes' first seconds: a global search, on worker processes,
+   out of the valleys where too little damping makes up for too much delay. Its latency is
+   the offset the fit removes, and reports.
+3. Bounded nonlinear least squares (`mujoco.sysid.optimize`: MuJoCo's own Levenberg-Marquardt
+   with box bounds) on the model parameters (`real2sim.params` names: damping, armature,
+   friction loss, actuator gains, object mass and friction) over the whole episodes, the
+   setpoints shifted by the offset. Each residual evaluation is one batch of `mujoco.rollout`
+   rollouts, one per finite-difference column, on `workers` threads. The residual stacks,
+   weighted by their expected misfit (`SIGMA`), joint positions, velocities and efforts at
+   every other joint state, gripper finger positions, and tracked object positions at every
+   camera frame.
+4. CMA-ES once more on the latency alone near the offset, the model held (finite differences
+   see a shift of the whole stream badly); least squares again if it moved.
+5. 95 % confidence intervals of every parameter, the latency included, from the Jacobian at
+   the optimum (`mujoco.sysid.calculate_intervals`: (J^T J)^-1 s^2 by eigen-decomposition,
+   infinite along directions the data does not constrain). A parameter whose interval is
+   infinite or wider than `IDENTIFIABLE_REL` of its value is flagged as not identifiable from
+   this data (link inertias next to armature from joint data alone, the friction of an object
+   never pushed to slip); one that moves with another (|correlation| above `CORRELATED`) is
+   noted as such.
+
+Contacts make the residual rough (a grasp holds or slips), which least squares from afar does
+not survive: identify the arm on an excitation episode (`proxy.excitation_script`, or any
+free-space motion), then objects on grasp episodes with the arm's values held (`fixed`).
+
+Why not mujoco.sysid's own residual (`build_residual_fn`): it compares predictions with one
+measured signal layout per sequence on one time base; an episode holds joint states at the
+robot's state rate and object poses only at camera frames, tracked from images. The rollouts,
+the optimiser and the intervals are mujoco.sysid's and MuJoCo's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import mujoco
+import mujoco.rollout
+import numpy as np
+
+from r2s2r.data.episode import Episode
+from r2s2r.real2sim.replay import ReplayTwin, Setpoints, setpoints
+
+IDENTIFIABLE_REL = 0.25
+CMA_SIGMA_S = 0.001  # CMA-ES's first step in latency
+CORRELATED = 0.995
+# Expected misfit of each residual block (its weight is 1 / sigma).
+SIGMA = {"position": 5e-4, "velocity": 0.02, "effort": 0.5, "finger": 2e-4, "object": 0.003}
+
+
+@dataclass(frozen=True, eq=False)
+class ObjectTrack:
+    """An object's measured positions on the episode's time base (from the cameras)."""
+
+    name: str
+    times: np.ndarray
+    positions: np.ndarray  # N x 3, world frame
+
+
+@dataclass(eq=False)
+class FitData:
+    """One episode prepared for fitting: its setpoints, initial state and measurements."""
+
+    episode: Episode
+    stream: Setpoints
+    initial_state: np.ndarray
+    joint_rows: np.ndarray  # indices of the joint states used
+    joint_times: np.ndarray
+    arm_cols: np.ndarray
+    finger_cols: np.ndarray
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
+    finger: np.ndarray
+    tracks: tuple[ObjectTrack, ...] = ()
+
+
+def prepare(rt: ReplayTwin, episode: Episode, tracks: Sequence[ObjectTrack] = (), stride: int = 2) -> FitData:
+    stream = setpoints(episode, rt.twin.timestep)
+    initial = rt.start(episode)
+    j = episode.joints
+    end = stream.nsteps * stream.timestep
+    rows = np.arange(0, len(j.times), stride)
+    rows = rows[j.times[rows] < end - 2 * stream.timestep]
+    arm = j.columns(rt.twin.joint_names)
+    fingers = j.columns(rt.robot.gripper_joint_names) if rt.robot.gripper_joint_names else np.zeros(0, int)
+    pos = j.position[rows][:, arm]
+    vel = j.velocity[rows][:, arm]
+    eff = j.effort[rows][:, arm]
+    fin = j.position[rows][:, fingers] if len(fingers) else np.zeros((len(rows), 0))
+    return FitData(episode, stream, initial, rows, j.times[rows], arm, fingers, pos, vel, eff, fin,
+                   tuple(t for t in tracks if t.name in rt.layout.objects))
+
+
+def window(fd: FitData, seconds: float) -> FitData:
+    """The first `seconds` of a prepared episode (a cheap stand-in for a global search)."""
+    n = min(fd.stream.nsteps, int(round(seconds / fd.stream.timestep)))
+    stream = Setpoints(fd.stream.timestep, fd.stream.arm[:n], fd.stream.grippers[:n], fd.stream.rejected)
+    keep = fd.joint_times < (n - 2) * fd.stream.timestep
+    tracks = tuple(ObjectTrack(t.name, t.times[t.times < n * fd.stream.timestep],
+                               t.positions[t.times < n * fd.stream.timestep]) for t in fd.tracks)
+    return FitData(fd.episode, stream, fd.initial_state, fd.joint_rows[keep], fd.joint_times[keep], fd.arm_cols,
+                   fd.finger_cols, fd.position[keep], fd.velocity[keep], fd.effort[keep], fd.finger[keep], tracks)
+
+
+class Evaluator:
+    """Batched rollouts of prepared episodes for many parameter vectors at once."""
+
+    def __init__(self, rt: ReplayTwin, data: Sequence[FitData], names: Sequence[str], threads: int = 1,
+                 use: Sequence[str] = ("position", "velocity", "effort", "finger", "object")):
+        self.rt = rt
+        self.data = list(data)
+        self.names = list(names)
+        self.use = set(use)
+        self.threads = max(1, threads)
+        self.base = rt.model
+        self._rollout = mujoco.rollout.Rollout(nthread=self.threads if self.threads > 1 else 0)
+        self._datas = [mujoco.MjData(self.base) for _ in range(self.threads)]
+        self.evaluations = 0
+
+    def close(self) -> None:
+        self._rollout.close()
+
+    def model_for(self, values: Mapping[str, float]) -> mujoco.MjModel:
+        model = copy.copy(self.base)
+        self.rt.parameters.apply(model, values)
+        return model
+
+    def rollouts(self, value_sets: Sequence[Mapping[str, float]], fixed: Mapping[str, float]) -> list[list[np.ndarray]]:
+        """Sensor rows of every episode for every value set: out[k][e] is nsteps x nsensordata."""
+        out = [[None] * len(self.data) for _ in value_sets]
+        models = [self.model_for({**fixed, **v}) for v in value_sets]
+        for e, fd in enumerate(self.data):
+            controls = []
+            for v in value_sets:
+                latency = float({**fixed, **v}.get("latency_s", 0.0))
+                controls.append(self.rt.controls(fd.stream, latency))
+            _, sensordata = self._rollout.rollout(models, self._datas, fd.initial_state[None, :], np.stack(controls),
+                                                  nstep=fd.stream.nsteps)
+            for k in range(len(value_sets)):
+                out[k][e] = sensordata[k]
+        self.evaluations += len(value_sets)
+        return out
+
+    def residual_of(self, rows_per_episode: list[np.ndarray]) -> np.ndarray:
+        layout = self.rt.layout
+        parts = []
+        for fd, rows in zip(self.data, rows_per_episode):
+            dt = fd.stream.timestep
+            idx = np.clip(fd.joint_times / dt, 0, len(rows) - 1)
+            lo = np.floor(idx).astype(int)
+            hi = np.minimum(lo + 1, len(rows) - 1)
+            w = (idx - lo)[:, None]
+            at = rows[lo] * (1 - w) + rows[hi] * w
+            narm = layout.narm
+            if "position" in self.use:
+                parts.append(((layout.position(at)[:, :narm] - fd.position) / SIGMA["position"]).ravel())
+            if "velocity" in self.use:
+                parts.append(((layout.velocity(at)[:, :narm] - fd.velocity) / SIGMA["velocity"]).ravel())
+            if "effort" in self.use and np.isfinite(fd.effort).all():
+                parts.append(((layout.effort(at) - fd.effort) / SIGMA["effort"]).ravel())
+            if "finger" in self.use and fd.finger.size:
+                parts.append(((layout.position(at)[:, narm:] - fd.finger) / SIGMA["finger"]).ravel())
+            if "object" in self.use:
+                for track in fd.tracks:
+                    k = layout.objects.index(track.name)
+                    i = np.clip(np.round(track.times / dt).astype(int), 0, len(rows) - 1)
+                    pred = layout.object_pos(rows[i])[:, k]
+                    parts.append(((pred - track.positions) / SIGMA["object"]).ravel())
+        r = np.concatenate(parts) if parts else np.zeros(0)
+        return np.nan_to_num(r, nan=0.0)
+
+    def residuals(self, X: np.ndarray, fixed: Mapping[str, float]) -> np.ndarray:
+        """n_residuals x k for the k columns of X (parameters in `names` order)."""
+        X = np.asarray(X, float)
+        X = X.reshape(len(self.names), X.shape[1] if X.ndim == 2 else 1)
+        sets = [dict(zip(self.names, X[:, k])) for k in range(X.shape[1])]
+        rows = self.rollouts(sets, fixed)
+        return np.stack([self.residual_of(r) for r in rows], axis=1)
+
+    def cost(self, values: Mapping[str, float]) -> float:
+        """Half the sum of squared residuals at `values` (names left out at their nominal)."""
+        column = np.array([[values.get(n, self.rt.parameters.info(n).nominal)] for n in self.names])
+        return float(0.5 * np.sum(self.residuals(column.reshape(len(self.names), 1), values) ** 2))
+
+
+# -- 1. the time offset ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Offset:
+    seconds: float
+    method: str  # "effort cross-correlation" or "velocity cross-correlation"
+    score: float  # the normalised correlation at the peak
+
+
+def _band(times: np.ndarray, x: np.ndarray, band_hz: tuple[float, float]) -> np.ndarray:
+    from scipy.signal import butter, filtfilt
+    fs = 1.0 / float(np.median(np.diff(times)))
+    high = min(band_hz[1], 0.45 * fs)
+    b, a = butter(4, [band_hz[0] / (fs / 2), high / (fs / 2)], btype="band")
+    return filtfilt(b, a, x, axis=0)
+
+
+def estimate_offset(evaluator: Evaluator, values: Mapping[str, float] | None = None,
+                    search_s: tuple[float, float] = (-0.02, 0.1), band_hz: tuple[float, float] = (20.0, 110.0)) -> Offset:
+    """The delay between the recorded commands and their effect on the joints, before any fit.
+
+    A servo's effort follows its setpoint at once (kp times the tracking error), long before
+    the arm's inertia lets it move: the fast content of the setpoint stream (a policy streams
+    targets below the control rate, and the rate limiter turns each into a ripple) shows up in
+    the measured efforts delayed by the latency. The arm's motion, by contrast, lags its
+    setpoints by the servo's time constant too (kv / kp, a tenth of a second on a stiff arm),
+    which depends on the very gains the fit is after. So the delay is the lag of the peak of
+    the cross-correlation, in a band above the arm's own response (`band_hz`), between the
+    measured efforts and the twin's (at `values`, latency 0), refined by a parabola through
+    the peak; comparing with the twin's efforts rather than the setpoints themselves takes out
+    the servo's own phase in that band. Without efforts, velocities take their place."""
+    dt = evaluator.data[0].stream.timestep
+    layout = evaluator.rt.layout
+    use_effort = all(np.isfinite(fd.effort).all() for fd in evaluator.data)
+    rows = evaluator.rollouts([{"latency_s": 0.0}], dict(values or {}))[0]
+    lags = np.arange(search_s[0], search_s[1] + 1e-12, dt / 2)
+    scores = np.zeros(len(lags))
+    norms = np.zeros(len(lags))
+    measured_energy = 0.0
+    for fd, r in zip(evaluator.data, rows):
+        t_pred = np.arange(len(r)) * dt
+        twin = layout.effort(r) if use_effort else layout.velocity(r)[:, : layout.narm]
+        keep = (fd.joint_times > fd.joint_times[0] + 0.05) & (fd.joint_times < fd.joint_times[-1] - 0.05)
+        meas = _band(fd.joint_times, np.nan_to_num(fd.effort if use_effort else fd.velocity), band_hz)[keep]
+        measured_energy += float(np.sum(meas ** 2))
+        for i, lag in enumerate(lags):
+            shifted = np.stack([np.interp(fd.joint_times - lag, t_pred, twin[:, k]) for k in range(twin.shape[1])],
+                               axis=1)
+            cf = _band(fd.joint_times, shifted, band_hz)[keep]
+            scores[i] += float(np.sum(cf * meas))
+            norms[i] += float(np.sum(cf * cf))
+    corr = scores / np.sqrt(np.maximum(norms * measured_energy, 1e-300))
+    best = int(np.argmax(corr))
+    offset = float(lags[best])
+    if 0 < best < len(lags) - 1:
+        a, b, c = corr[best - 1], corr[best], corr[best + 1]
+        denom = a - 2 * b + c
+        if denom < 0:
+            offset += 0.5 * (a - c) / denom * (lags[1] - lags[0])
+    return Offset(offset, "effort cross-correlation" if use_effort else "velocity cross-correlation",
+                  float(corr[best]))
+
+
+# -- 3. CMA-ES on worker processes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Candidates:
+    """How a CMA-ES point maps to parameter values: `keys[i]` gets exp(x[i]) when `log[i]`,
+    x[i] * unit[i] otherwise, over `base`; evaluated on the full episodes or the window."""
+
+    base: tuple[tuple[str, float], ...]
+    keys: tuple[str, ...]
+    log: tuple[bool, ...]
+    unit: tuple[float, ...]
+    windowed: bool = False
+
+    def values(self, x) -> dict[str, float]:
+        out = dict(self.base)
+        for k, lg, u, v in zip(self.keys, self.log, self.unit, x):
+            out[k] = float(math.exp(v)) if lg else float(v) * u
+        return out
+
+
+_POOL: dict = {}
+
+
+def _pool_init(scene, episode_paths, track_data, names, use, markers, window_s) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from r2s2r.data.episode import load_episode
+    full = _evaluator_for(scene, [load_episode(p) for p in episode_paths], track_data, names, use, 1, markers)
+    _POOL["full"] = full
+    _POOL["window"] = Evaluator(full.rt, [window(fd, window_s) for fd in full.data], [], 1,
+                                ("position", "velocity", "effort"))
+
+
+def _pool_cost(job: tuple[_Candidates, list]) -> float:
+    candidates, x = job
+    return _POOL["window" if candidates.windowed else "full"].cost(candidates.values(x))
+
+
+def _evaluator_for(scene, episodes, track_data, names, use, threads, markers=None) -> Evaluator:
+    spec = None
+    if markers:
+        from r2s2r.real2sim.markers import add_markers
+        from r2s2r.sim.twin import build_scene_spec
+        spec = build_scene_spec(scene)
+        add_markers(spec, markers)
+    rt = ReplayTwin(scene, spec=spec)
+    data = [prepare(rt, ep, tracks) for ep, tracks in zip(episodes, track_data)]
+    return Evaluator(rt, data, names, threads, use)
+
+
+def cma_search(cost_of, x0: Sequence[float], sigma0: float, bounds: tuple[Sequence[float], Sequence[float]],
+               pool: ProcessPoolExecutor | None = None, iterations: int = 8, popsize: int = 6, seed: int = 1,
+               candidates: "_Candidates | None" = None, stds: Sequence[float] | None = None):
+    """Minimise cost_of(x) with CMA-ES. With `pool` (and `candidates`, which says how a point
+    becomes parameter values there) a generation's candidates run on the pool's workers.
+    One-dimensional problems (cma needs two) carry a dummy second coordinate."""
+    import cma
+    x0 = list(map(float, x0))
+    lower, upper = list(map(float, bounds[0])), list(map(float, bounds[1]))
+    pad = len(x0) == 1
+    if pad:
+        x0, lower, upper = x0 + [0.0], lower + [-1.0], upper + [1.0]
+    options = {"bounds": [lower, upper], "popsize": popsize, "seed": seed, "verbose": -9, "maxiter": iterations}
+    if stds is not None:
+        options["CMA_stds"] = list(stds) + ([1.0] if pad else [])
+    es = cma.CMAEvolutionStrategy(x0, sigma0, options)
+    history = []
+    while not es.stop():
+        points = es.ask()
+        xs = [list(c[:1]) if pad else list(c) for c in points]
+        costs = (list(pool.map(_pool_cost, [(candidates, x) for x in xs])) if pool is not None
+                 else [cost_of(x) for x in xs])
+        es.tell(points, costs)
+        history.append(float(min(costs)))
+    best = es.result.xbest
+    return (list(best[:1]) if pad else list(best)), float(es.result.fbest), history
+
+
+# -- the whole fit ----------------------------------------------------------------------------------------------
+@dataclass
+class FittedParameter:
+    name: str
+    nominal: float
+    value: float
+    interval: float  # 95 % half-width; inf: not constrained by the data
+    lower: float
+    upper: float
+    unit: str
+    identifiable: bool
+    why: str = ""
+
+
+@dataclass
+class FitResult:
+    offset_s: float  # the command-to-state offset found and removed before least squares
+    xcorr_offset_s: float  # the model-free first estimate (effort cross-correlation)
+    latency_s: float  # the offset after the final CMA-ES refinement
+    latency_ci: float  # its 95 % half-width
+    parameters: list[FittedParameter]
+    cost_nominal: float
+    cost_fitted: float
+    iterations: int
+    evaluations: int
+    wall_s: float
+    workers: int
+    history: list[float] = field(default_factory=list)
+    fixed: dict = field(default_factory=dict)  # values held during the fit
+
+    @property
+    def values(self) -> dict[str, float]:
+        """Every value the twin should take: the fitted ones, the latency and those held."""
+        return {**self.fixed, **{p.name: p.value for p in self.parameters}, "latency_s": self.latency_s}
+
+    def report(self) -> dict:
+        return {"offset_s": self.offset_s, "xcorr_offset_s": self.xcorr_offset_s, "latency_s": self.latency_s,
+                "latency_ci95": self.latency_ci, "cost_nominal": self.cost_nominal,
+                "cost_fitted": self.cost_fitted, "iterations": self.iterations, "evaluations": self.evaluations,
+                "wall_s": self.wall_s, "workers": self.workers,
+                "parameters": [{"name": p.name, "nominal": p.nominal, "value": p.value, "ci95": p.interval,
+                                "bounds": [p.lower, p.upper], "unit": p.unit, "identifiable": p.identifiable,
+                                "why": p.why} for p in self.parameters]}
+
+
+def _bounds(rt: ReplayTwin, name: str, bounds: Mapping[str, tuple[float, float]] | None) -> tuple[float, float]:
+    if bounds and name in bounds:
+        return bounds[name]
+    info = rt.parameters.info(name)
+    return info.lower, info.upper
+
+
+def _scale(rt: ReplayTwin, name: str) -> float:
+    """The unit the optimiser counts a parameter in, so that all of them move by O(1): latency
+    in milliseconds, a mass in units of its prior, everything else as it is."""
+    info = rt.parameters.info(name)
+    if info.kind == "latency_s":
+        return 1e-3
+    if info.kind == "mass":
+        return max(info.nominal, 0.01)
+    return 1.0
+
+
+def _sysid_params(rt: ReplayTwin, names: Sequence[str], start: Mapping[str, float], bounds=None):
+    """mujoco.sysid Parameters in the optimiser's units (see _scale)."""
+    from mujoco import sysid
+    params = sysid.ParameterDict()
+    for n in names:
+        lo, hi = _bounds(rt, n, bounds)
+        k = _scale(rt, n)
+        value = float(np.clip(start.get(n, rt.parameters.info(n).nominal), lo, hi))
+        # Off the bounds a little: a start on a bound can stall the optimiser there.
+        value = float(np.clip(value, lo + 1e-3 * (hi - lo), hi - 1e-3 * (hi - lo)))
+        params.add(sysid.Parameter(n, value / k, lo / k, hi / k))
+    return params
+
+
+def _least_squares(evaluator: Evaluator, names, start, fixed, max_iters: int, bounds=None):
+    from mujoco import sysid
+    params = _sysid_params(evaluator.rt, names, start, bounds)
+    scale = np.array([_scale(evaluator.rt, n) for n in names])[:, None]
+
+    def residual_fn(z, _params):
+        return [evaluator.residuals(np.asarray(z).reshape(len(names), -1) * scale, fixed)], None, None
+
+    fitted, result = sysid.optimize(params, residual_fn, optimizer="mujoco", verbose=False, max_iters=max_iters,
+                                    eps=1e-4)
+    x = fitted.as_vector() * scale[:, 0]
+    return dict(zip(names, map(float, x))), result
+
+
+def _intervals(evaluator: Evaluator, names, values, fixed, bounds=None):
+    """95 % half-widths and the correlation matrix at `values`, from a finite-difference Jacobian
+    (in the optimiser's units, converted back)."""
+    from mujoco import minimize, sysid
+    scale = np.array([_scale(evaluator.rt, n) for n in names])
+    z = np.array([values[n] for n in names]) / scale
+    lower = np.array([_bounds(evaluator.rt, n, bounds)[0] for n in names]) / scale
+    upper = np.array([_bounds(evaluator.rt, n, bounds)[1] for n in names]) / scale
+
+    def res(Z):
+        return evaluator.residuals(Z * scale[:, None], fixed)
+    r0 = res(z[:, None])
+    J, _ = minimize.jacobian_fd(res, z[:, None], r0, 1e-4, 0, [lower[:, None], upper[:, None]])
+    sigma, half = sysid.calculate_intervals([r0[:, 0]], J)
+    d = np.sqrt(np.clip(np.diag(sigma), 1e-300, None))
+    corr = sigma / np.outer(d, d)
+    return np.asarray(half, float) * scale, corr
+
+
+def _search_space(rt: ReplayTwin, names: Sequence[str]):
+    """CMA-ES coordinates of parameters: scales and masses in log space, the rest in the
+    optimiser's units. Returns (log flags, units, x0, lower, upper)."""
+    logs, units, x0, lower, upper = [], [], [], [], []
+    for n in names:
+        info = rt.parameters.info(n)
+        lg = info.kind.endswith("_scale") or info.kind == "mass"
+        u = 1.0 if lg else _scale(rt, n)
+        logs.append(lg)
+        units.append(u)
+        if lg:
+            x0.append(math.log(info.nominal))
+            lower.append(math.log(max(info.lower, 1e-3 * info.nominal)))
+            upper.append(math.log(info.upper))
+        else:
+            x0.append(info.nominal / u)
+            lower.append(info.lower / u)
+            upper.append(info.upper / u)
+    return logs, units, x0, lower, upper
+
+
+def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequence[Sequence[ObjectTrack]] | None = None,
+        fixed: Mapping[str, float] | None = None, workers: int = 1, max_iters: int = 10, markers=None,
+        use: Sequence[str] = ("position", "velocity", "effort", "finger", "object"),
+        episode_paths: Sequence[str] | None = None, window_s: float | None = 1.5, latency_max_s: float = 0.06,
+        global_iterations: int = 20) -> FitResult:
+    """Fit `names` (real2sim.params names) to the episodes, with `fixed` values held (a
+    previous fit's). The latency is estimated too unless `fixed` holds it.
+
+    `window_s`: the global search looks at the episodes' first seconds only (None: all of
+    them; what happens late in an episode, a grasp, an object's slip, needs all of it).
+    `workers` > 1 runs CMA-ES generations on that many worker processes (which load the
+    episodes from `episode_paths`) and rollouts on that many threads."""
+    wall0 = time.perf_counter()
+    fixed = dict(fixed or {})
+    names = [n for n in names if n != "latency_s" and n not in fixed]
+    estimate_latency = "latency_s" not in fixed
+    tracks = list(tracks) if tracks is not None else [() for _ in episodes]
+    evaluator = _evaluator_for(scene, episodes, tracks, names, use, workers, markers)
+    rt = evaluator.rt
+    nominal = {**rt.parameters.nominal(names), **fixed}
+    pool = None
+    if workers > 1 and episode_paths is not None:
+        import multiprocessing
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_init,
+                                   initargs=(scene, list(episode_paths), tracks, names, list(use), markers,
+                                             window_s or 1e9))
+    win = Evaluator(rt, [window(fd, window_s) for fd in evaluator.data] if window_s else evaluator.data, [], workers,
+                    use)
+    history: list[float] = []
+    try:
+        cost_nominal = evaluator.cost({**nominal, "latency_s": fixed.get("latency_s", 0.0)})
+        found = estimate_offset(evaluator, nominal) if estimate_latency else None
+        # 1. The offset, with the model parameters that go with it: CMA-ES over all of them and the
+        #    latency. From the spec's values, least squares lands in a valley where too little
+        #    damping makes up for too much delay, or the reverse.
+        logs, units, x0, lower, upper = _search_space(rt, names)
+        keys = list(names)
+        if estimate_latency:
+            keys.append("latency_s")
+            logs.append(False)
+            units.append(1e-3)
+            x0.append(float(np.clip(found.seconds, 0.0, latency_max_s)) * 1e3)
+            lower.append(0.0)
+            upper.append(latency_max_s * 1e3)
+        cand = _Candidates(tuple(nominal.items()), tuple(keys), tuple(logs), tuple(units), windowed=True)
+        span = np.array(upper) - np.array(lower)  # CMA-ES steps in each coordinate by a share of its range
+        best, _, hist = cma_search(lambda x: win.cost(cand.values(x)), x0, 0.15 * float(span.max()), (lower, upper),
+                                   pool, iterations=global_iterations, popsize=10, candidates=cand,
+                                   stds=list(span / span.max()))
+        history += hist
+        pooled = 10 * len(hist) if pool is not None else 0  # rollouts the workers ran
+        start = cand.values(best)
+        latency = start.pop("latency_s", fixed.get("latency_s", 0.0))
+        offset = latency
+        base = {k: v for k, v in fixed.items() if k != "latency_s"}
+        # 2. Least squares on the model parameters with the offset removed.
+        values, _ = _least_squares(evaluator, names, start, {**base, "latency_s": offset}, max_iters)
+        if estimate_latency:
+            # 3. The latency alone near the offset, the model held; least squares again if it moved.
+            lat = _Candidates(tuple({**base, **values}.items()), ("latency_s",), (False,), (1e-3,))
+            before = evaluator.cost({**base, **values, "latency_s": offset})
+            best, best_cost, hist = cma_search(lambda x: evaluator.cost(lat.values(x)), [offset * 1e3],
+                                               CMA_SIGMA_S * 1e3, ([max(0.0, offset * 1e3 - 2.0)], [offset * 1e3 + 2.0]),
+                                               pool, iterations=6, popsize=6, candidates=lat)
+            history += hist
+            pooled += 6 * len(hist) if pool is not None else 0
+            if best_cost < before * (1 - 1e-3):
+                latency = float(best[0]) * 1e-3
+                values, _ = _least_squares(evaluator, names, values, {**base, "latency_s": latency}, max_iters)
+        fit_names = names + (["latency_s"] if estimate_latency else [])
+        evaluator.names = fit_names
+        all_values = {**values, "latency_s": latency}
+        cost_fitted = evaluator.cost({**base, **all_values})
+        half, corr = _intervals(evaluator, fit_names, all_values, base)
+        out = []
+        for i, n in enumerate(names):
+            info = rt.parameters.info(n)
+            value = values[n]
+            why = ""
+            if not np.isfinite(half[i]):
+                why = "the data does not constrain it (infinite interval)"
+            elif half[i] > IDENTIFIABLE_REL * max(abs(value), 1e-3 if info.unit == "N m" else 1e-2):
+                why = f"95% interval +-{half[i]:.3g} is wider than {IDENTIFIABLE_REL:.0%} of its value"
+            identifiable = not why
+            partners = [fit_names[k] for k in range(len(fit_names)) if k != i and abs(corr[i, k]) > CORRELATED]
+            if partners:  # still pinned down, but only jointly: an error in one shows up in the other
+                why = (why + "; " if why else "") + "correlated with " + ", ".join(partners)
+            out.append(FittedParameter(n, info.nominal, value, float(half[i]), info.lower, info.upper, info.unit,
+                                       identifiable, why))
+        return FitResult(offset, found.seconds if found else float("nan"), latency,
+                         float(half[-1]) if estimate_latency else 0.0, out, cost_nominal, cost_fitted, max_iters,
+                         evaluator.evaluations + win.evaluations + pooled, time.perf_counter() - wall0, workers, history,
+                         fixed=base)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+        if win is not evaluator:
+            win.close()
+        evaluator.close()
+
+
+__all__ = ["fit", "FitResult", "FittedParameter", "ObjectTrack", "estimate_offset", "Evaluator", "prepare",
+           "cma_search", "SIGMA"]

@@ -1,0 +1,181 @@
+"""Task-conditioned variants of a validated scene, one factor at a time.
+
+Each variant changes one factor of one target by one value, and carries the change through
+everything that depends on it:
+
+| factor | target | value | what changes with it |
+|---|---|---|---|
+| `geometry` | object | scale of every extent | the object's collision and visual geom (one primitive is both), its mass (same density), its height above the support (it stays on it) |
+| `pose_x`, `pose_y` | object | offset, m | its position |
+| `pose_yaw` | object | rotation about the vertical, rad | its orientation |
+| `support_height` | - | offset of the support's top, m | the table, every object resting on it, every fixture on it, the cameras mounted in the world (they look at the same cell); the robot stays on its own mount (`RobotSpec.mount_pos`), which is where a real cell keeps it |
+| `material` | object | sliding friction | the object's friction (it governs its contacts in alignment's twins) |
+| `colour` | object | index into `COLOURS` | its RGBA |
+| `distractors` | - | how many small boxes are added in free spots of the support | new objects, validated like the rest |
+| `background` | - | index into `COLOURS` | the table's colour |
+| `lighting` | light | diffuse scale | the light's intensity |
+
+`generate` re-validates every variant (real2sim.validate) and keeps those that pass, each
+with its factor, target and value; the rest are listed with the check that failed. The kept
+pool is what the evaluation's perturbation spaces can draw from (`Variant.scene`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from r2s2r.search.perturbations import COLOURS
+from r2s2r.sim.scene import ObjectSpec, Scene
+from r2s2r.real2sim.validate import validate
+
+FACTORS = ("geometry", "pose_x", "pose_y", "pose_yaw", "support_height", "material", "colour", "distractors",
+           "background", "lighting")
+_COLOUR_NAMES = sorted(COLOURS)
+DEFAULT_VALUES = {
+    "geometry": (0.8, 1.2), "pose_x": (-0.05, 0.05), "pose_y": (-0.05, 0.05), "pose_yaw": (-0.6, 0.6),
+    "support_height": (-0.03, 0.03), "material": (0.3, 1.5), "colour": (0, 2), "distractors": (1, 2),
+    "background": (1, 3), "lighting": (0.6, 1.4),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    factor: str
+    target: str | None
+    value: float
+    scene: Scene
+
+
+def _resting_on_support(scene: Scene, obj: ObjectSpec) -> bool:
+    if scene.table is None:
+        return False
+    return abs(obj.pos[2] - obj.half_height - scene.table.height) < 0.005
+
+
+def _yaw_quat(quat, dyaw: float) -> tuple[float, ...]:
+    w, x, y, z = quat
+    c, s = math.cos(dyaw / 2), math.sin(dyaw / 2)
+    # q_yaw * q (a turn about the world vertical)
+    return (c * w - s * z, c * x - s * y, c * y + s * x, c * z + s * w)
+
+
+def apply(scene: Scene, factor: str, target: str | None, value: float) -> Scene:
+    """`scene` with one factor changed (see the module docstring)."""
+    if factor not in FACTORS:
+        raise ValueError(f"variant factor {factor!r}; expected one of {', '.join(FACTORS)}")
+    objects = list(scene.objects)
+    names = [o.name for o in objects]
+
+    def index() -> int:
+        if target not in names:
+            raise ValueError(f"variant {factor}: no object {target!r}; objects: {', '.join(names)}")
+        return names.index(target)
+
+    if factor == "geometry":
+        k = index()
+        o = objects[k]
+        size = tuple(s * value for s in o.size)
+        new = replace(o, size=size, mass=o.mass * value ** 3)
+        if _resting_on_support(scene, o):
+            new = replace(new, pos=(o.pos[0], o.pos[1], o.pos[2] - o.half_height + new.half_height))
+        objects[k] = new
+    elif factor in ("pose_x", "pose_y"):
+        k = index()
+        o = objects[k]
+        axis = 0 if factor == "pose_x" else 1
+        pos = list(o.pos)
+        pos[axis] += value
+        objects[k] = replace(o, pos=tuple(pos))
+    elif factor == "pose_yaw":
+        k = index()
+        objects[k] = replace(objects[k], quat=_yaw_quat(objects[k].quat, value))
+    elif factor == "support_height":
+        if scene.table is None:
+            raise ValueError("variant support_height: the scene has no table")
+        objects = [replace(o, pos=(o.pos[0], o.pos[1], o.pos[2] + value)) if _resting_on_support(scene, o) else o
+                   for o in objects]
+        table = replace(scene.table, height=scene.table.height + value)
+        fixtures = tuple(replace(f, pos=(f.pos[0], f.pos[1], f.pos[2] + value))
+                         if abs(f.pos[2] - scene.table.height) < 0.005 else f for f in scene.fixtures)
+        cameras = tuple(replace(c, pos=(c.pos[0], c.pos[1], c.pos[2] + value),
+                                lookat=None if c.lookat is None else (c.lookat[0], c.lookat[1], c.lookat[2] + value))
+                        if c.parent is None else c for c in scene.cameras)
+        return replace(scene, table=table, objects=tuple(objects), fixtures=fixtures, cameras=cameras)
+    elif factor == "material":
+        k = index()
+        objects[k] = replace(objects[k], friction=float(value))
+    elif factor == "colour":
+        k = index()
+        objects[k] = replace(objects[k], rgba=COLOURS[_COLOUR_NAMES[int(value) % len(_COLOUR_NAMES)]])
+    elif factor == "distractors":
+        objects += _distractors(scene, int(value))
+    elif factor == "background":
+        if scene.table is None:
+            raise ValueError("variant background: the scene has no table")
+        return replace(scene, table=replace(scene.table, rgba=COLOURS[_COLOUR_NAMES[int(value) % len(_COLOUR_NAMES)]]))
+    elif factor == "lighting":
+        lights = [lt.name for lt in scene.lights]
+        name = target or (lights[0] if lights else None)
+        if name not in lights:
+            raise ValueError(f"variant lighting: no light {target!r}; lights: {', '.join(lights) or 'none'}")
+        return replace(scene, lights=tuple(replace(lt, diffuse=tuple(min(1.0, c * value) for c in lt.diffuse))
+                                           if lt.name == name else lt for lt in scene.lights))
+    return scene.with_objects(objects)
+
+
+def _distractors(scene: Scene, count: int) -> list[ObjectSpec]:
+    """Small boxes on free spots of the support, away from every object and the robot's base."""
+    if scene.table is None:
+        raise ValueError("variant distractors: the scene has no table to put them on")
+    t = scene.table
+    rng = np.random.default_rng(scene.seed + count)
+    taken = [np.asarray(o.pos[:2]) for o in scene.objects] + [np.zeros(2)]
+    out = []
+    for i in range(200):
+        if len(out) == count:
+            break
+        p = np.array([t.center[0] + rng.uniform(-0.35, 0.35) * t.size[0],
+                      t.center[1] + rng.uniform(-0.35, 0.35) * t.size[1]])
+        if min(np.linalg.norm(p - q) for q in taken) < 0.12:
+            continue
+        taken.append(p)
+        name = f"distractor_{len(out)}"
+        out.append(ObjectSpec(name=name, shape="box", size=(0.03, 0.03, 0.03), mass=0.03,
+                              rgba=COLOURS["grey"], pos=(float(p[0]), float(p[1]), t.height + 0.015)))
+    return out
+
+
+def candidates(scene: Scene, factors: Sequence[str] | None = None) -> list[tuple[str, str | None, float]]:
+    """(factor, target, value) of the default variants: each object factor for each movable object."""
+    out = []
+    movable = [o.name for o in scene.objects if not o.fixed]
+    for factor in factors or FACTORS:
+        if factor not in FACTORS:
+            raise ValueError(f"variant factor {factor!r}; expected one of {', '.join(FACTORS)}")
+        targets: Iterable[str | None] = movable if factor in ("geometry", "pose_x", "pose_y", "pose_yaw", "material",
+                                                              "colour") else [None]
+        for target in targets:
+            for value in DEFAULT_VALUES[factor]:
+                out.append((factor, target, float(value)))
+    return out
+
+
+def generate(scene: Scene, factors: Sequence[str] | None = None, grasp: bool = True,
+             plan: Sequence[tuple[str, str | None, float]] | None = None) -> tuple[list[Variant], list[dict]]:
+    """Validated variants (kept) and the rejected ones with the reason."""
+    kept, rejected = [], []
+    for factor, target, value in plan if plan is not None else candidates(scene, factors):
+        variant = apply(scene, factor, target, value)
+        result = validate(variant, grasp=grasp)
+        if result.passed:
+            kept.append(Variant(factor, target, value, variant))
+        else:
+            rejected.append({"factor": factor, "target": target, "value": value, "why": result.message()})
+    return kept, rejected
+
+
+__all__ = ["Variant", "apply", "generate", "candidates", "FACTORS"]
