@@ -28,6 +28,10 @@ bench: $(STAMP)
 	$(PY) bench/loop_latency.py
 	$(PY) bench/camera_ingest.py --large-shm
 	$(PY) bench/policy_loop.py
+	$(PY) bench/driver_loop.py
+	$(PY) bench/eval_throughput.py
+	$(PY) bench/search_efficiency.py
+	$(PY) bench/replay.py
 
 # The ROS 2 way, inside the same venv: colcon build + colcon test of the repository root.
 colcon: $(STAMP)

@@ -1,6 +1,6 @@
 """The same trials through the live ROS graph (driver_node + policy_node over DDS, on this test
 session's ROS domain) give the outcomes of the in-process runner: a handful of trials of
-franka_block_in_bowl with its scripted expert, one success and three kinds of failure."""
+franka_block_in_bowl with its scripted expert, one success and two kinds of failure."""
 
 import pytest
 
@@ -10,15 +10,15 @@ from r2s2r.eval.runner import TrialSpec, TrialWorker
 TASK = "franka_block_in_bowl"
 EXPERT = f"scripted:{TASK}"
 # Well inside their outcome regions, so the graph's few milliseconds of asynchrony cannot flip them.
-PERTURBATIONS = [{}, {"block_yaw": 1.3}, {"block_friction": 0.03}, {"block_x": 0.48}]
+PERTURBATIONS = [{}, {"block_yaw": 1.3}, {"block_friction": 0.03}]
 
 
 def test_trials_through_the_graph_have_the_in_process_outcomes():
     specs = [TrialSpec.of(EXPERT, TASK, p, seed=i) for i, p in enumerate(PERTURBATIONS)]
     worker = TrialWorker()
     in_process = [worker.run(s) for s in specs]
-    assert [r.stage for r in in_process] == ["success", "missed_grasp", "slip_or_drop", "out_of_reach"]
-    graph = run_through_graph(specs, real_time_factor=2.0, timeout_s=400)
+    assert [r.stage for r in in_process] == ["success", "missed_grasp", "slip_or_drop"]
+    graph = run_through_graph(specs, real_time_factor=2.0, timeout_s=600)
     agreements = compare(in_process, graph)
     assert all(a.same_outcome for a in agreements), "\n".join(a.describe() for a in agreements)
     # Not the same bits (DDS is asynchronous), but the same trial: the success is as good.

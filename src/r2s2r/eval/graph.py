@@ -36,7 +36,8 @@ def run_through_graph(specs: Sequence[TrialSpec], real_time_factor: float = 1.0,
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            raise GraphError(f"trials through the graph took longer than {timeout_s} s:\n{exc.stdout or ''}") from None
+            output = f"{exc.stdout or ''}\n{exc.stderr or ''}"
+            raise GraphError(f"trials through the graph took longer than {timeout_s} s:\n{output[-4000:]}") from None
         if proc.returncode != 0 or not results_path.is_file():
             raise GraphError(f"trials through the graph failed (exit code {proc.returncode}):\n"
                              f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

@@ -4,9 +4,9 @@ A row holds the trial's inputs (policy, task, perturbation, seed, loop rate) and
 (success, margin, failure stage, metrics, simulated and wall durations), keyed by the
 trial's deterministic id (`runner.TrialSpec.id`). A campaign is a named, ordered list of
 trial ids; the same trial run by two campaigns is stored once. A campaign's place holds the
-trial its latest run put there (a new r2s2r whose sampler proposes otherwise replaces it). Each trial is committed in its
-own transaction, so a campaign killed at any moment (kill -9 included) loses only the trials
-still running, and resuming skips every id already stored.
+trial its latest run put there (a newer r2s2r whose sampler proposes otherwise replaces it).
+Each trial is committed in its own transaction, so a campaign killed at any moment (kill -9
+included) loses only the trials still running, and resuming skips every id already stored.
 
 Floats are stored as SQLite REALs (IEEE doubles) and JSON with `repr` precision, so what is
 read back equals what was written, bit for bit.

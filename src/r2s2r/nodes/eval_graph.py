@@ -44,6 +44,7 @@ from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.policy_node import PolicyNode
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
+STALL_S = 30.0  # wall seconds without the twin's clock moving: the driver has stopped
 
 
 class _WithObjects:
@@ -106,9 +107,15 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
         period = 1.0 / task.control_rate_hz
         limit = start + task.time_limit_s
         next_tick, timed_out = start + period, True
+        last_time, last_change = start, time.monotonic()
         while True:
             with lock:
                 now = twin.time
+                if now != last_time:
+                    last_time, last_change = now, time.monotonic()
+                elif time.monotonic() - last_change > STALL_S:
+                    raise RuntimeError(f"trial {spec.id}: the twin's clock stopped at {now:.3f} s for {STALL_S:g} s "
+                                       f"(driver fault: {driver._fault or 'none reported'})")
                 if now + 1e-9 >= next_tick:
                     task.step(twin)
                     next_tick += period
@@ -154,6 +161,7 @@ def main(argv=None) -> int:
     cache: dict = {}
     results = []
     for spec in specs:
+        print(f"[eval_graph] {spec.id}: starting ({spec.values or 'nominal'})", flush=True)
         result = run_trial(spec, args.real_time_factor, cache)
         print(f"[eval_graph] {spec.id}: {result.stage} margin {result.margin:+.4f} "
               f"({result.sim_time_s:.2f} s simulated, {result.wall_s:.1f} s wall)", flush=True)

@@ -10,7 +10,8 @@ every run, resumed or not, whatever the number of workers.
 - sobol: a scrambled Sobol sequence (scipy.stats.qmc), evenly spread for any budget.
 - cem: cross-entropy adaptive sampling toward low margin. The elite set is the trials at or
   below the elite quantile of the margin until a few failures are found, then every failure,
-  whatever its depth, so the search spreads over all failure modes rather than deepening one. New points are drawn from a mixture of Gaussians on the elites (a
+  whatever its depth, so the search spreads over all failure modes rather than deepening one.
+  New points are drawn from a mixture of Gaussians on the elites (a
   kernel density, the cross-entropy method's nonparametric family) whose widths per factor
   follow the spread of the elites of the same failure stage; each stage gets an equal share
   of draws, so a rare failure mode is explored as much as a common one. A fraction of every
