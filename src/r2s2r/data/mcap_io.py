@@ -4,7 +4,7 @@
 A bag written here has the `ros2` profile; each channel carries `cdr` messages of one type
 whose schema (encoding `ros2msg`) is the type's message definition followed by those of
 every type it uses, each after a line of 80 '=' and `MSG: package/Type`, as rosbag2 writes
-them. Messages are serialised by rclpy (the same CDR bytes a publisher sends); definitions
+them. Messages are serialised to the CDR bytes a publisher sends (contract.serialization); definitions
 are read from the message packages' share/<package>/msg/<Type>.msg.
 
     with BagWriter("episode.mcap") as bag:
@@ -12,7 +12,8 @@ are read from the message packages' share/<package>/msg/<Type>.msg.
     for m in read_bag("episode.mcap", topics=["/joint_states"]):
         m.topic, m.stamp, m.msg            # a sensor_msgs.msg.JointState
 
-ROS message packages and rclpy are imported when a bag is opened, not when this module is.
+ROS message packages (and, through the contract, rclpy) are imported when a bag is opened,
+not when this module is.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ class BagWriter:
 
     def __init__(self, path: str | Path):
         from mcap.writer import CompressionType, Writer
-        from rclpy.serialization import serialize_message
-        self._serialize = serialize_message
+        from r2s2r.contract.serialization import to_cdr
+        self._serialize = to_cdr
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "wb")
@@ -190,7 +191,7 @@ def topics(path: str | Path) -> dict[str, str]:
 def read_bag(path: str | Path, topics: Iterable[str] | None = None) -> Iterator[BagMessage]:
     """The bag's messages (of `topics`, default all) in log-time order, as ROS 2 messages."""
     from mcap.reader import make_reader
-    from rclpy.serialization import deserialize_message
+    from r2s2r.contract.serialization import from_cdr
     path = Path(path)
     if not path.is_file():
         raise BagError(f"{path}: no such bag")
@@ -204,7 +205,7 @@ def read_bag(path: str | Path, topics: Iterable[str] | None = None) -> Iterator[
             if schema.name not in classes:
                 classes[schema.name] = message_class(schema.name)
             yield BagMessage(channel.topic, message.log_time * 1e-9, schema.name,
-                             deserialize_message(message.data, classes[schema.name]))
+                             from_cdr(message.data, classes[schema.name]))
 
 
 __all__ = ["BagWriter", "BagMessage", "BagError", "read_bag", "topics", "message_definition", "message_class",
