@@ -92,3 +92,11 @@ def check_site_against(twin, site: str, joints, low, high, forward, seed: int, s
         pose = twin.data.site(site)
         assert np.linalg.norm(pose.xpos - expected[:3, 3]) < 1e-3, f"{site} at q={q}"
         assert rotation_angle_deg(pose.xmat.reshape(3, 3), expected[:3, :3]) < 0.1, f"{site} at q={q}"
+
+
+def tcp_offset(twin, flange: str, tcp: str) -> np.ndarray:
+    """Where site `tcp` is, in site `flange`'s frame, at the twin's current joint positions."""
+    import mujoco
+    mujoco.mj_kinematics(twin.model, twin.data)
+    f, t = twin.data.site(flange), twin.data.site(tcp)
+    return f.xmat.reshape(3, 3).T @ (t.xpos - f.xpos)

@@ -11,7 +11,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, joint_origin_chain
+from tests.kinematics import check_site_against, joint_origin_chain, tcp_offset
 
 X, Y, Z = (1, 0, 0), (0, 1, 0), (0, 0, 1)
 # Base links on the table frame (MuJoCo Menagerie's ALOHA 2 cell): facing each other along x.
@@ -53,9 +53,7 @@ def test_flange_pose_matches_published_joint_origins_at_25_configurations(twin, 
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_tcp_is_interbotix_ee_gripper_64_mm_beyond_the_flange(twin, side):
-    mujoco.mj_kinematics(twin.model, twin.data)
-    flange, tcp = twin.data.site(f"{side}_arm_flange"), twin.data.site(f"{side}_arm_tcp")
-    offset = flange.xmat.reshape(3, 3).T @ (tcp.xpos - flange.xpos)
+    offset = tcp_offset(twin, f"{side}_arm_flange", f"{side}_arm_tcp")
     assert offset == pytest.approx([0.025875 + 0.0385, 0.0, 0.0], abs=1e-6)
 
 

@@ -7,7 +7,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, joint_origin_chain
+from tests.kinematics import check_site_against, joint_origin_chain, tcp_offset
 
 Z, Y = (0.0, 0.0, 1.0), (0.0, 1.0, 0.0)
 # Flexiv's Rizon 4 joint origins (flexiv_description): (xyz, rpy, axis), joint 1..7, then the flange.
@@ -50,9 +50,7 @@ def test_home_pose_points_the_flange_down(twin):
 
 
 def test_tcp_is_145_mm_beyond_the_flange(twin):
-    mujoco.mj_kinematics(twin.model, twin.data)
-    flange, tcp = twin.data.site("arm_flange"), twin.data.site("arm_tcp")
-    offset = flange.xmat.reshape(3, 3).T @ (tcp.xpos - flange.xpos)
+    offset = tcp_offset(twin, "arm_flange", "arm_tcp")
     assert offset == pytest.approx([0.0, 0.0, 0.145], abs=1e-6)
 
 

@@ -6,7 +6,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, modified_dh
+from tests.kinematics import check_site_against, modified_dh, tcp_offset
 
 # Franka's published modified DH parameters: (a, d, alpha, theta offset), joint 1..7, flange.
 FR3_DH = [
@@ -38,10 +38,7 @@ def test_flange_pose_matches_published_dh_at_25_configurations(twin):
 
 
 def test_tcp_is_103_4_mm_beyond_the_flange(twin):
-    import mujoco
-    mujoco.mj_kinematics(twin.model, twin.data)
-    flange, tcp = twin.data.site("arm_flange"), twin.data.site("arm_tcp")
-    offset = flange.xmat.reshape(3, 3).T @ (tcp.xpos - flange.xpos)
+    offset = tcp_offset(twin, "arm_flange", "arm_tcp")
     assert offset == pytest.approx([0.0, 0.0, 0.1034], abs=1e-6)
 
 

@@ -1,13 +1,12 @@
 """RB-Y1: forward kinematics of both arm flanges against Rainbow's published joint origins
 (rby1-sdk, models/rby1a), evaluated with numpy; joint limits against the published values."""
 
-import mujoco
 import pytest
 
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, joint_origin_chain
+from tests.kinematics import check_site_against, joint_origin_chain, tcp_offset
 
 X, Y, Z = (1, 0, 0), (0, 1, 0), (0, 0, 1)
 ROLL = 0.349065850  # the shoulders' built-in roll, rad
@@ -79,9 +78,7 @@ def test_flange_pose_matches_published_joint_origins_at_25_configurations(twin, 
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_tcp_is_between_the_pads_149_mm_below_the_flange(twin, side):
-    mujoco.mj_kinematics(twin.model, twin.data)
-    flange, tcp = twin.data.site(f"{side}_arm_flange"), twin.data.site(f"{side}_arm_tcp")
-    offset = flange.xmat.reshape(3, 3).T @ (tcp.xpos - flange.xpos)
+    offset = tcp_offset(twin, f"{side}_arm_flange", f"{side}_arm_tcp")
     # FT sensor 46.1 mm, then the pads' centre 103 mm below the end-effector frame.
     assert offset == pytest.approx([0.0, 0.0, -0.1491], abs=1e-6)
 

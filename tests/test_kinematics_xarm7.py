@@ -7,7 +7,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, modified_dh
+from tests.kinematics import check_site_against, modified_dh, tcp_offset
 
 # UFACTORY's published modified DH parameters of the xArm7: (a, d, alpha, theta offset), joint 1..7;
 # joint 7's frame is the tool flange.
@@ -48,9 +48,7 @@ def test_zero_pose_puts_the_flange_where_ufactory_says(twin):
 
 
 def test_tcp_is_172_mm_beyond_the_flange(twin):
-    mujoco.mj_kinematics(twin.model, twin.data)
-    flange, tcp = twin.data.site("arm_flange"), twin.data.site("arm_tcp")
-    offset = flange.xmat.reshape(3, 3).T @ (tcp.xpos - flange.xpos)
+    offset = tcp_offset(twin, "arm_flange", "arm_tcp")
     assert offset == pytest.approx([0.0, 0.0, 0.172], abs=1e-6)
 
 
