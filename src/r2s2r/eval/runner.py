@@ -233,7 +233,8 @@ class TrialWorker:
                         controller.command_positions(group, target, now=twin.time)
                     for gripper, opening in due.grippers.items():
                         controller.command_gripper(gripper, [opening], now=twin.time)
-                loop.cycle()
+                # Every cycle up to the next command's arrival (or the tick's end) in one go.
+                loop.run_cycles(max(1, loop.cycles_until(min(until, delay.next_due()))))
             task.step(twin)
             observer.tick(twin, loop, observation, command)
             if _unstable(twin) or task.done(twin):

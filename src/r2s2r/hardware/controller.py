@@ -194,6 +194,26 @@ class JointController:
                     target[g.index] = g.target
             return self.limiter.step(target, dt, target_velocity).copy()
 
+    def locked(self) -> threading.Lock:
+        """The lock that guards the limiter's state (for code that steps it directly)."""
+        return self._lock
+
+    def steady_span(self, now: float, dt: float, n: int) -> np.ndarray | None:
+        """How update() will run for the next `n` cycles from `now` if no command arrives: when
+        every group holds one constant target (no trajectory running, no watchdog stop due before
+        the last of them), that target (robot joint order), so the cycles can run in one go
+        (ControlLoop.run_cycles); otherwise None."""
+        with self._lock:
+            target = np.empty_like(self.limiter.position)
+            for g in self.groups.values():
+                if g.trajectory is not None:
+                    return None
+                # One cycle of margin: the cycle that crosses the deadline runs through update().
+                if g.watched and self.watchdog_s > 0 and now + (n + 1) * dt - g.last_command > self.watchdog_s:
+                    return None
+                target[g.index] = g.target
+            return target
+
     def hold_grippers(self, openings) -> None:
         """Keep each gripper where it is measured (finite values only), e.g. when a real robot
         connects: a gripper is not opened or closed until someone asks."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from r2s2r.hardware.kernels import SAFETY_REASONS, safety_step
 from r2s2r.robots import RobotSpec
 
 
@@ -49,6 +50,9 @@ class SafetyFilter:
         self.position = np.array(position, dtype=float)
         self.velocity = np.zeros_like(self.position)
         self.interventions: Counter = Counter()
+        self.step_counts = np.zeros(len(SAFETY_REASONS), dtype=np.int64)
+        self.bounds = tuple(np.ascontiguousarray(a, dtype=float)
+                             for a in (limits.lower, limits.upper, limits.velocity, limits.acceleration))
         self.last_reason = ""
 
     def reset(self, position: np.ndarray) -> None:
@@ -56,29 +60,27 @@ class SafetyFilter:
         self.position[:] = position
         self.velocity[:] = 0.0
 
-    def _count(self, reason: str) -> None:
-        self.interventions[reason] += 1
+    def _count(self, reason: str, n: int = 1) -> None:
+        self.interventions[reason] += n
         self.last_reason = reason
 
     def __call__(self, setpoint: np.ndarray) -> np.ndarray:
-        lim, dt = self.limits, self.dt
         setpoint = np.asarray(setpoint, dtype=float)
-        if setpoint.shape != self.position.shape or not np.all(np.isfinite(setpoint)):
+        if setpoint.shape != self.position.shape or not np.isfinite(setpoint).all():
             self._count("non_finite_setpoint")
-            setpoint = self.position + self.velocity * dt  # keep going as we were, then brake below
-        clamped = np.clip(setpoint, lim.lower, lim.upper)
-        if not np.array_equal(clamped, setpoint):
-            self._count("position_limit")
-        velocity = (clamped - self.position) / dt
-        limited = np.clip(velocity, -lim.velocity, lim.velocity)
-        if not np.array_equal(limited, velocity):
-            self._count("velocity_limit")
-        change = np.clip(limited - self.velocity, -lim.acceleration * dt, lim.acceleration * dt)
-        if not np.allclose(change, limited - self.velocity, rtol=0.0, atol=1e-12):
-            self._count("acceleration_limit")
-        self.velocity = self.velocity + change
-        self.position = np.clip(self.position + self.velocity * dt, lim.lower, lim.upper)
+            setpoint = self.position + self.velocity * self.dt  # keep going as we were, then brake below
+        self.step_counts[:] = 0
+        safety_step(self.position, self.velocity, np.ascontiguousarray(setpoint), self.dt, *self.bounds,
+                    self.step_counts)
+        self.add_counts(self.step_counts)
         return self.position.copy()
+
+    def add_counts(self, counts: np.ndarray) -> None:
+        """Count what the compiled filter did (kernels.SAFETY_REASONS order)."""
+        if counts.any():
+            for reason, n in zip(SAFETY_REASONS, counts):
+                if n:
+                    self._count(reason, int(n))
 
     def report(self) -> dict[str, int]:
         return dict(self.interventions)

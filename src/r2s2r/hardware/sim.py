@@ -36,6 +36,13 @@ class SimHardware(Hardware):
         """Step the physics; only the twin has a clock we drive."""
         self.twin.step(steps)
 
+    def advance_through(self, setpoints: np.ndarray, gripper_openings, steps_per_row: int) -> None:
+        """Write each row of `setpoints` in turn and step the physics `steps_per_row` times after each
+        (what write() + advance() once per control cycle do, for many cycles at once)."""
+        if len(gripper_openings):
+            self.twin.set_gripper_openings(np.asarray(gripper_openings, float))
+        self.twin.step_through(setpoints, steps_per_row)
+
     @property
     def now(self) -> float:
         return self.twin.time

@@ -477,6 +477,10 @@ class CommandDelay:
             out.append(self._queue.popleft()[1])
         return out
 
+    def next_due(self) -> float:
+        """When the oldest queued command takes effect (inf when none is queued)."""
+        return self._queue[0][0] if self._queue else float("inf")
+
     def clear(self) -> None:
         self._queue.clear()
 
