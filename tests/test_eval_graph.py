@@ -18,7 +18,8 @@ def test_trials_through_the_graph_have_the_in_process_outcomes():
     worker = TrialWorker()
     in_process = [worker.run(s) for s in specs]
     assert [r.stage for r in in_process] == ["success", "missed_grasp", "slip_or_drop"]
-    graph = run_through_graph(specs, real_time_factor=2.0, timeout_s=600)
+    # Paced at real time: on a loaded machine the policy node keeps up with the twin.
+    graph = run_through_graph(specs, real_time_factor=1.0, timeout_s=600)
     agreements = compare(in_process, graph)
     assert all(a.same_outcome for a in agreements), "\n".join(a.describe() for a in agreements)
     # Not the same bits (DDS is asynchronous), but the same trial: the success is as good.

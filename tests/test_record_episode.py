@@ -25,7 +25,7 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
     out = tmp_path / "episode.mcap"
     env_path = f"{REPO / 'src'}"
     recorder = subprocess.Popen([sys.executable, "-m", "r2s2r.cli", "record", "--stack", "config/stacks/franka_sim.yaml",
-                                 "--out", str(out), "--cameras", "scene", "--duration", "4"], cwd=REPO,
+                                 "--out", str(out), "--cameras", "scene", "--duration", "6"], cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": env_path}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -35,9 +35,10 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
         from std_msgs.msg import Float64MultiArray
         arm = client._publisher(Float64MultiArray, "arm_position_controller/commands")
         grip = client._publisher(Float64MultiArray, "gripper_controller/commands")
-        # The driver and the recorder both listen before anything is sent.
-        assert client.wait_for(lambda: arm.get_subscription_count() >= 2 and grip.get_subscription_count() >= 2, 30), \
-            "".join(lines)
+        # The driver and the recorder both listen, and the recorder has the arm at rest, before anything
+        # is sent (on a loaded machine discovery of one topic can trail another's by seconds).
+        assert client.wait_for(lambda: arm.get_subscription_count() >= 2 and grip.get_subscription_count() >= 2
+                               and any("first message on joint_states" in line for line in lines), 60), "".join(lines)
         target = FR3.home_positions + 0.05
         for _ in range(20):
             client.send_positions("arm", target)

@@ -81,6 +81,9 @@ class RecorderNode(Node):
                 return
             self.writer.write(topic, msg, self._now())
             self.counts[topic] += 1
+            first = self.counts[topic] == 1
+        if first:  # which topics are live, as soon as they are (an operator's first question)
+            self.get_logger().info(f"first message on {topic}")
 
     def _stop(self) -> None:
         self.get_logger().info("duration reached; closing the bag")
