@@ -6,6 +6,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import yaml
 
 from r2s2r.config import ConfigError
 from r2s2r.eval.tasks import load_task, task_names
@@ -108,6 +109,34 @@ def test_two_factors_may_not_share_a_name_or_what_they_change():
     with pytest.raises(ConfigError, match=r"factors\[1\].kind: expected a kind and target no other factor has "
                                           r"\(a is object_x of block\)"):
         parse_space({"factors": [factor, dict(factor, name="b")]}, BLOCK.base_scene)
+
+
+@pytest.mark.parametrize("envelope, key, expected", [
+    ("{a: [0, 2]}", "envelopes.x.a", "[low, high] with 0 <= low < high <= 1"),
+    ("{a: [0.5, 0.2]}", "envelopes.x.a", "[low, high] with 0 <= low < high <= 1"),
+    ("{b: [0, 1]}", "envelopes.x.b", "a factor of this space (a)"),
+])
+def test_malformed_envelopes_name_the_factor_and_the_range_expected(envelope, key, expected):
+    data = {"factors": [{"name": "a", "kind": "object_x", "target": "block", "range": [0, 1]}],
+            "envelopes": {"x": yaml.safe_load(envelope)}}
+    with pytest.raises(ConfigError) as info:
+        parse_space(data, BLOCK.base_scene)
+    assert key in str(info.value) and expected in str(info.value)
+
+
+def test_an_envelope_narrows_its_factors_and_leaves_the_rest():
+    from r2s2r.search.campaign import SearchSpace
+    space = BLOCK.perturbations
+    operating = space.within("operating")
+    assert (operating.factor("block_yaw").low, operating.factor("block_yaw").high) == (-0.9, 0.9)
+    assert operating.factor("bowl_x") == space.factor("bowl_x")
+    search = SearchSpace(space, ["block_yaw", "block_friction", "bowl_x"], envelope="operating")
+    corner, other = search.values([0.0, 0.0, 0.0]), search.values([1.0, 1.0, 1.0])
+    assert corner == {"block_yaw": -0.9, "block_friction": 0.25, "bowl_x": space.factor("bowl_x").low}
+    assert other["block_yaw"] == pytest.approx(0.9) and other["bowl_x"] == pytest.approx(space.factor("bowl_x").high)
+    space.complete(corner)  # values of the envelope are values of the whole space
+    with pytest.raises(KeyError, match="no envelope 'lab'; envelopes: operating"):
+        SearchSpace(space, None, envelope="lab")
 
 
 def test_a_resized_block_changes_geometry_mass_and_resting_height_together():

@@ -1,8 +1,7 @@
-"""`r2s2r eval`, `r2s2r search` and `r2s2r replay`.
+"""`r2s2r eval` and `r2s2r search` (`r2s2r replay`, which writes bags, is data.cli).
 
     r2s2r eval --task T --policy P [--policy P2 ...] --trials N --workers W [--backend ray --address A]
     r2s2r search --task T --policy P --budget N --sampler uniform|sobol|cem|tpe --out DIR
-    r2s2r replay TRIAL_ID [--store DIR/trials.sqlite] [--camera scene] [--out DIR]
 
 Results go to an SQLite store (default OUT/trials.sqlite); running the same command again
 resumes the campaign (stored trials are not rerun). Reports land in OUT (report.html,
@@ -118,9 +117,11 @@ def _search(args) -> int:
     with TrialStore(store_path) as store:
         search = run_search(task, args.policy, args.budget, args.sampler, args.seed, args.batch, _factors(args.factors),
                             args.workers, args.backend, args.address, store, args.refine_steps, args.control_rate,
-                            progress=not args.no_progress, task_ref=args.task)
+                            progress=not args.no_progress, task_ref=args.task, envelope=args.envelope)
         meta = {"task": args.task, "policy": args.policy, "sampler": args.sampler, "campaign": search.campaign,
                 "seed": args.seed, "budget": args.budget, "store": str(store_path)}
+        if args.envelope:
+            meta["envelope"] = args.envelope
         report = write_report(out, search.results, task.perturbations, meta, search.atlas, search.boundaries,
                               store_path=store_path, camera=args.camera, images=not args.no_images,
                               refined=search.refined)
@@ -135,28 +136,7 @@ def _search(args) -> int:
     return 0
 
 
-def _replay(args) -> int:
-    from r2s2r.eval.replay import replay
-    from r2s2r.eval.store import TrialStore
-
-    store_path = Path(args.store)
-    if not store_path.is_file():
-        raise FileNotFoundError(f"no store at {store_path} (give --store, the trials.sqlite a campaign wrote)")
-    with TrialStore(store_path) as store:
-        result = replay(store, args.trial, args.out, args.camera, video=not args.no_video, bag=not args.no_bag)
-    r = result.result
-    print(f"trial {r.id}: {'success' if r.success else 'failure'} ({r.stage}), margin {r.margin!r}, "
-          f"{r.sim_time_s:.2f} s simulated")
-    print("reproduced bit for bit" if result.identical else
-          f"NOT reproduced: stored margin {result.stored.margin!r}, stage {result.stored.stage}")
-    if result.video:
-        print(f"video: {result.video} ({result.frames} frames, camera {args.camera})")
-    if result.bag:
-        print(f"bag: {result.bag}")
-    return 0 if result.identical else 1
-
-
-def _guarded(handler):
+def guarded(handler):
     """Policy and store errors are the user's to fix: say what, not where in the code."""
     def run(args) -> int:
         from r2s2r.eval.graph import GraphError
@@ -172,7 +152,7 @@ def _guarded(handler):
 
 
 def add_eval_parsers(sub) -> None:
-    """Register `eval`, `search` and `replay` on the r2s2r command's subparsers."""
+    """Register `eval` and `search` on the r2s2r command's subparsers."""
     ev = sub.add_parser("eval", help="evaluate policies on a task's perturbations (resumable)")
     _common(ev)
     ev.add_argument("--policy", required=True, action="append",
@@ -182,7 +162,7 @@ def add_eval_parsers(sub) -> None:
     ev.add_argument("--through-graph", type=int, default=0, metavar="K",
                     help="also run the first K trials through driver_node + policy_node over DDS and compare")
     ev.add_argument("--real-time-factor", type=float, default=1.0, help="pace of the twin for --through-graph")
-    ev.set_defaults(func=_guarded(_eval))
+    ev.set_defaults(func=guarded(_eval))
 
     se = sub.add_parser("search", help="search a task's perturbation space for the policy's failures")
     _common(se)
@@ -192,18 +172,11 @@ def add_eval_parsers(sub) -> None:
     se.add_argument("--sampler", choices=SAMPLERS, default="uniform")
     se.add_argument("--batch", type=int, default=DEFAULT_BATCH,
                     help="trials per sampler round (results do not depend on --workers)")
+    se.add_argument("--envelope", default=None,
+                    help="search within one of the space's named envelopes (narrower ranges), e.g. operating")
     se.add_argument("--refine-steps", type=int, default=4,
                     help="bisection steps per failure cluster after the budget (extra trials)")
-    se.set_defaults(func=_guarded(_search))
-
-    rp = sub.add_parser("replay", help="rerun one stored trial bit for bit; record an MP4 and an MCAP bag")
-    rp.add_argument("trial", help="trial id (or a unique prefix)")
-    rp.add_argument("--store", default=f"{DEFAULT_OUT}/{STORE_NAME}", help="the campaign's SQLite store")
-    rp.add_argument("--out", default=f"{DEFAULT_OUT}/replays", help="folder for the video and the bag")
-    rp.add_argument("--camera", default="scene")
-    rp.add_argument("--no-video", action="store_true")
-    rp.add_argument("--no-bag", action="store_true")
-    rp.set_defaults(func=_guarded(_replay))
+    se.set_defaults(func=guarded(_search))
 
 
-__all__ = ["add_eval_parsers"]
+__all__ = ["add_eval_parsers", "guarded", "DEFAULT_OUT", "STORE_NAME"]

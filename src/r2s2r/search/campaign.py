@@ -32,7 +32,8 @@ from r2s2r.search.samplers import DEFAULT_BATCH, make_sampler
 class SearchSpace:
     """The factors a search varies (the rest stay nominal), as the unit cube samplers work in."""
 
-    def __init__(self, space, factors: Sequence[str] | None = None):
+    def __init__(self, space, factors: Sequence[str] | None = None, envelope: str | None = None):
+        space = space.within(envelope) if envelope else space  # raises, naming the known envelopes
         self.space = space
         self.names = tuple(space.names if factors is None else factors)
         for name in self.names:
@@ -70,17 +71,21 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
                batch: int = DEFAULT_BATCH, factors: Sequence[str] | None = None, workers: int = 1,
                backend: str = "process", address: str | None = None, store=None, refine_steps: int = 4,
                control_rate_hz: float | None = None, progress: bool = True, task_ref: str | None = None,
-               min_cluster: int = 3, sampler_options: dict | None = None) -> SearchOutcome:
+               min_cluster: int = 3, sampler_options: dict | None = None,
+               envelope: str | None = None) -> SearchOutcome:
     """Run (or resume) a search; `task` is a loaded Task, `store` a TrialStore, `sampler_options`
-    the sampler's keyword arguments (samplers.py: warmup, elite_fraction, startup, ...)."""
+    the sampler's keyword arguments (samplers.py: warmup, elite_fraction, startup, ...),
+    `envelope` one of the space's named sub-boxes to search within (None: the whole space)."""
     if budget < 1 or batch < 1 or refine_steps < 0:
         raise ValueError(f"budget {budget}, batch {batch}, refine_steps {refine_steps}; expected budget >= 1, "
                          "batch >= 1, refine_steps >= 0")
-    space = SearchSpace(task.perturbations, factors)
+    space = SearchSpace(task.perturbations, factors, envelope)
     ref = task_ref or task.name
     config = {"kind": "search", "task": ref, "policy": policy, "budget": budget, "sampler": sampler, "seed": seed,
               "batch": batch, "factors": list(space.names), "refine_steps": refine_steps,
               "control_rate_hz": control_rate_hz, "min_cluster": min_cluster, "sampler_options": sampler_options or {}}
+    if envelope:
+        config["envelope"] = envelope
     name = campaign_name("search", config)
     store.open_campaign(name, config)
     proposer = make_sampler(sampler, space.dim, seed, **(sampler_options or {}))

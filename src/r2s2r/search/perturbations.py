@@ -12,6 +12,12 @@ and back, which is what samplers and boundary search work in.
       - {name: block_friction, kind: object_friction, target: block, range: [0.02, 1.5], log: true}
       - {name: block_colour, kind: object_color, target: block, choices: [[0.85, 0.15, 0.12, 1], red, green]}
 
+`envelopes:` names sub-boxes of the space, narrower ranges for some factors (the others keep
+theirs), for searches that should stay within, say, the conditions a deployment expects:
+
+    envelopes:
+      operating: {block_x: [-0.15, 0.4], block_friction: [0.08, 1.5]}
+
 Kinds, their units and the value that changes nothing (the nominal, unless `nominal:` says):
 
 | kind | target | value | nominal |
@@ -48,7 +54,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import mujoco
 import numpy as np
@@ -149,11 +155,24 @@ def _colour(sec: Section, key: str, value: Any) -> tuple[float, ...]:
 class PerturbationSpace:
     """Named factors over a scene; see the module docstring for the YAML and the kinds."""
 
-    def __init__(self, factors: tuple[Factor, ...], scene: Scene, source: str = "<perturbations>"):
+    def __init__(self, factors: tuple[Factor, ...], scene: Scene, source: str = "<perturbations>",
+                 envelopes: Mapping[str, Mapping[str, tuple[float, float]]] | None = None):
         self.factors = factors
         self.scene = scene
         self.source = source
+        self.envelopes = dict(envelopes or {})
         self._by_name = {f.name: f for f in factors}
+
+    def within(self, envelope: str) -> "PerturbationSpace":
+        """The same factors with the ranges of a named envelope (a sub-box of this space, such as
+        the conditions a deployment expects); values drawn there are values of this space too."""
+        if envelope not in self.envelopes:
+            raise KeyError(f"{self.source}: no envelope {envelope!r}; envelopes: "
+                           f"{', '.join(self.envelopes) or 'none'}")
+        ranges = self.envelopes[envelope]
+        factors = tuple(replace(f, low=ranges[f.name][0], high=ranges[f.name][1]) if f.name in ranges else f
+                        for f in self.factors)
+        return PerturbationSpace(factors, self.scene, f"{self.source} (envelope {envelope})")
 
     # -- the space ------------------------------------------------------------------------------
     @property
@@ -415,9 +434,27 @@ def _factor(sec: Section, scene: Scene, taken: set[str]) -> Factor:
     return Factor(name, kind, target, low, high, nominal, log, objects=objects)
 
 
+def _envelope(sec: Section, factors: Sequence[Factor]) -> dict[str, tuple[float, float]]:
+    by_name = {f.name: f for f in factors}
+    ranges = {}
+    for name, value in sec.data.items():
+        factor = by_name.get(name)
+        if factor is None:
+            raise sec.error(str(name), "a factor of this space (" + ", ".join(by_name) + ")", "unknown factor")
+        expected = (f"[low, high] with {factor.low:g} <= low < high <= {factor.high:g}"
+                    + (", integers" if factor.discrete else ""))
+        ok = (isinstance(value, list) and len(value) == 2
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
+        if not ok or not factor.low - 1e-12 <= value[0] < value[1] <= factor.high + 1e-12 \
+                or (factor.discrete and any(v != round(v) for v in value)):
+            raise sec.error(str(name), expected, value)
+        ranges[name] = (float(value[0]), float(value[1]))
+    return ranges
+
+
 def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> PerturbationSpace:
     top = Section(data, source)
-    top.reject_unknown({"factors", "description", "task"})
+    top.reject_unknown({"factors", "envelopes", "description", "task"})
     factors: list[Factor] = []
     for sec in top.sections("factors"):
         factor = _factor(sec, scene, {f.name for f in factors})
@@ -426,7 +463,9 @@ def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> Pe
             raise sec.error("kind", f"a kind and target no other factor has ({twin.name} is {factor.kind} of "
                                     f"{factor.target or 'the scene'})", factor.kind)
         factors.append(factor)
-    return PerturbationSpace(tuple(factors), scene, source)
+    envelopes_sec = top.section("envelopes", {})
+    envelopes = {str(name): _envelope(envelopes_sec.section(name), factors) for name in envelopes_sec.data}
+    return PerturbationSpace(tuple(factors), scene, source, envelopes)
 
 
 def load_space(path: str | Path, scene: Scene) -> PerturbationSpace:
