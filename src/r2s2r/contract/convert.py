@@ -7,10 +7,11 @@ from typing import Sequence
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
+from rosgraph_msgs.msg import Clock
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Pose, PoseArray
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
 from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract.types import CameraFrame, CommandError, JointSample
@@ -23,6 +24,11 @@ def to_time(seconds: float) -> Time:
     sec = math.floor(seconds)
     return Time(sec=int(sec), nanosec=min(int(round((seconds - sec) * 1e9)), 999_999_999))
 
+
+
+def clock_msg(seconds: float) -> Clock:
+    """rosgraph_msgs/Clock of a simulated time (what /clock carries)."""
+    return Clock(clock=to_time(seconds))
 
 def from_time(stamp: Time | Duration) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
@@ -44,6 +50,10 @@ def joint_sample(msg: JointState) -> JointSample:
         return np.asarray(values, dtype=float) if len(values) == n else np.full(n, np.nan)
     return JointSample(from_time(msg.header.stamp), tuple(msg.name), field(msg.position),
                        field(msg.velocity), field(msg.effort))
+
+
+def string_msg(text: str) -> String:
+    return String(data=text)
 
 
 def float_array_msg(values: Sequence[float], label: str = "") -> Float64MultiArray:

@@ -363,7 +363,7 @@ class DriverNode(Node):
                     self._on_hardware_fault(error)
                     continue
                 if self.simulated:
-                    self.pub_clock.publish(Clock(clock=convert.to_time(now)))
+                    self.pub_clock.publish(convert.clock_msg(now))
                 self.pub_joints.publish(convert.joint_state_msg(sample))
                 if poses:
                     self.pub_objects.publish(convert.pose_array_msg(poses, now, WORLD))
