@@ -54,8 +54,7 @@ class EpisodeWriter:
 
     def __init__(self, path: str | Path, robot: str, namespace: str = "", meta: Mapping[str, Any] | None = None,
                  stamp: float = 0.0):
-        from std_msgs.msg import String
-
+        from r2s2r.contract.convert import string_msg
         from r2s2r.data.mcap_io import BagWriter
         get_robot(robot)  # UnknownRobotError lists the robots
         self.path = Path(path)
@@ -63,7 +62,7 @@ class EpisodeWriter:
         self.namespace = namespace.strip("/")
         self._bag = BagWriter(self.path)
         info = {"format": FORMAT, "robot": robot, "namespace": self.namespace, **dict(meta or {})}
-        self._bag.write(META_TOPIC, String(data=json.dumps(info, sort_keys=True)), stamp)
+        self._bag.write(META_TOPIC, string_msg(json.dumps(info, sort_keys=True)), stamp)
 
     @property
     def count(self) -> int:
