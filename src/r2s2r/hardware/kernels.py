@@ -27,12 +27,21 @@ SAFETY_REASONS = ("position_limit", "velocity_limit", "acceleration_limit")
 _V = "float64[::1]"
 
 
+def _compiled(signature: str):
+    def compile_(function):
+        try:
+            return njit(signature, cache=True, nogil=True)(function)
+        except RuntimeError:  # nowhere to keep numba's cache (read-only install, no home): compile every start
+            return njit(signature, nogil=True)(function)
+    return compile_
+
+
 @njit(inline="always")  # compiled into its callers (and cached with them)
 def _clip(x, lo, hi):
     return lo if x < lo else (hi if x > hi else x)
 
 
-@njit(f"void({_V}, {_V}, {_V}, {_V}, boolean, float64, {_V}, {_V})", cache=True, nogil=True)
+@_compiled(f"void({_V}, {_V}, {_V}, {_V}, boolean, float64, {_V}, {_V})")
 def limiter_step(position, velocity, target, target_velocity, land, dt, vmax, amax):
     """Move `position` (in place) one cycle toward `target` with bounded velocity and acceleration.
 
@@ -55,7 +64,7 @@ def limiter_step(position, velocity, target, target_velocity, land, dt, vmax, am
             position[i] += step
 
 
-@njit(f"void({_V}, {_V}, {_V}, float64, {_V}, {_V}, {_V}, {_V}, int64[::1])", cache=True, nogil=True)
+@_compiled(f"void({_V}, {_V}, {_V}, float64, {_V}, {_V}, {_V}, {_V}, int64[::1])")
 def safety_step(position, velocity, setpoint, dt, lower, upper, vmax, amax, counts):
     """Clamp one finite setpoint into the limits, updating the filter's `position` and `velocity`
     in place; counts[reason] goes up by one for each kind of limit this cycle needed."""
@@ -82,8 +91,8 @@ def safety_step(position, velocity, setpoint, dt, lower, upper, vmax, amax, coun
         counts[ACCELERATION_LIMIT] += 1
 
 
-@njit(f"void(int64, {_V}, float64, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, int64[::1], "
-      "float64[:, ::1])", cache=True, nogil=True)
+@_compiled(f"void(int64, {_V}, float64, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, {_V}, int64[::1], "
+           "float64[:, ::1])")
 def track(n, target, dt, lim_position, lim_velocity, lim_vmax, lim_amax,
           safe_position, safe_velocity, lower, upper, safe_vmax, safe_amax, counts, out):
     """`n` cycles of limiter then safety filter toward a constant `target`: out[k] is cycle k's setpoint.
