@@ -12,9 +12,11 @@ every run, resumed or not, whatever the number of workers.
   below the elite quantile of the margin until a few failures are found, then every failure,
   whatever its depth, so the search spreads over all failure modes rather than deepening one.
   New points are drawn from a mixture of Gaussians on the elites (a
-  kernel density, the cross-entropy method's nonparametric family) whose widths per factor
-  follow the spread of the elites of the same failure stage; each stage gets an equal share
-  of draws, so a rare failure mode is explored as much as a common one. A fraction of every
+  kernel density, the cross-entropy method's nonparametric family) with local widths: per
+  factor, the spread of the centre's nearest elites of the same failure stage (an adaptive
+  bandwidth: one stage often fails in several separate regions, and the stage's overall
+  spread would carry draws from one region out of it); each stage gets an equal share of
+  draws, so a rare failure mode is explored as much as a common one. A fraction of every
   batch stays uniform so new regions can still be found.
 - tpe: optuna's Tree-structured Parzen Estimator (multivariate, seeded), minimising the
   margin clipped at zero for the same reason.
@@ -79,7 +81,7 @@ class CEMSampler(Sampler):
     name = "cem"
 
     def __init__(self, dim: int, seed: int = 0, elite_fraction: float = 0.2, explore: float = 0.1,
-                 warmup: int = 50, max_width: float = 0.25, min_width: float = 0.02):
+                 warmup: int = 50, max_width: float = 0.25, min_width: float = 0.02, neighbours: int = 10):
         super().__init__(dim, seed)
         if not 0 < elite_fraction < 1 or not 0 <= explore < 1:
             raise ValueError(f"elite_fraction {elite_fraction} and explore {explore}; expected 0 < elite_fraction < 1 "
@@ -89,6 +91,7 @@ class CEMSampler(Sampler):
         self.explore = explore
         self.warmup = warmup
         self.max_width, self.min_width = max_width, min_width
+        self.neighbours = neighbours  # elites a draw's width comes from (0: all the stage's)
         self.points = np.zeros((0, dim))
         self.margins = np.zeros(0)
         self.stages: list[str] = []
@@ -118,8 +121,14 @@ class CEMSampler(Sampler):
         names = list(groups)
         for k in range(n - n_explore):
             members = groups[names[self.rng.integers(len(names))]]  # each stage an equal share
-            centre = self.points[members[self.rng.integers(len(members))]]
-            spread = self.points[members].std(axis=0) if len(members) > 1 else np.full(self.dim, self.max_width)
+            stage_points = self.points[members]
+            centre = stage_points[self.rng.integers(len(members))]
+            spread = stage_points.std(axis=0) if len(members) > 1 else np.full(self.dim, self.max_width)
+            if 0 < self.neighbours < len(members):
+                # Nearest in the stage's own scaling: factors its failures spread over count less.
+                scaled = (stage_points - centre) / np.maximum(spread, self.min_width)
+                nearest = stage_points[np.argsort(np.einsum("ij,ij->i", scaled, scaled), kind="stable")[:self.neighbours]]
+                spread = nearest.std(axis=0)
             width = np.clip(spread, self.min_width, self.max_width)
             out.append(_reflect(centre + width * self.rng.standard_normal(self.dim))[None])
         return np.vstack(out)
