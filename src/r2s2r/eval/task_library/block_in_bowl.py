@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from r2s2r.eval.task_library.common import (COMMON_KEYS, CollisionTracker, Contacts, ObjectTracker, SceneIndex,
+from r2s2r.eval.task_library.common import (COMMON_KEYS, CollisionTracker, ObjectTracker, PlaceAndSettle, SceneIndex,
                                             finger_clearance, grasp_stage, read_common)
 from r2s2r.eval.tasks import Outcome, TaskLogic
 
 
-class BlockInBowl(TaskLogic):
+class BlockInBowl(PlaceAndSettle, TaskLogic):
     PARAMS = COMMON_KEYS | {"object", "container"}
 
     def __init__(self, task, params):
@@ -48,20 +48,8 @@ class BlockInBowl(TaskLogic):
         self.half_height = next(o for o in twin.scene.objects if o.name == self.object).half_height
         self.table_z = twin.scene.table.height if twin.scene.table is not None else 0.0
 
-    def step(self, twin) -> None:
-        contacts = Contacts.read(twin)
-        self.collisions.update(twin, contacts)
-        self.tracker.update(twin, contacts)
-        if not any(self.tracker.in_contact.values()) and min(self._placement_terms(twin)) > 0:
-            if self._settled_since is None:
-                self._settled_since = twin.time
-        else:
-            self._settled_since = None
-
-    def done(self, twin) -> bool:
-        if self._settled_since is not None and twin.time - self._settled_since >= self.limits["settle_s"]:
-            return True
-        return bool(twin.data.xpos[self.tracker.body][2] < self.table_z - 0.05)  # fell off the table
+    def _placed(self, twin) -> bool:
+        return min(self._placement_terms(twin)) > 0
 
     def _placement_terms(self, twin) -> tuple[float, float]:
         d = twin.data

@@ -7,6 +7,8 @@ force is computed only for the rare contact between the robot and its surroundin
 
 from __future__ import annotations
 
+import abc
+
 import math
 from dataclasses import dataclass, field
 
@@ -207,6 +209,33 @@ class ObjectTracker:
 
     def held_by(self) -> list[str]:
         return [g for g in self.index.grippers if self.grasped[g]]
+
+
+class PlaceAndSettle:
+    """step() and done() of a task that ends once its object has rested, touched by nothing, where
+    it must be (`_placed`) for `settle_s`, or has fallen off the table. Expects what start() of
+    such a task sets: collisions, tracker, limits, table_z; `_settled_since` None at the start."""
+
+    _settled_since: float | None = None
+
+    @abc.abstractmethod  # enforced with TaskLogic's ABCMeta
+    def _placed(self, twin) -> bool:
+        """The object is where the task needs it (its margin terms all positive)."""
+
+    def step(self, twin) -> None:
+        contacts = Contacts.read(twin)
+        self.collisions.update(twin, contacts)
+        self.tracker.update(twin, contacts)
+        if not any(self.tracker.in_contact.values()) and self._placed(twin):
+            if self._settled_since is None:
+                self._settled_since = twin.time
+        else:
+            self._settled_since = None
+
+    def done(self, twin) -> bool:
+        if self._settled_since is not None and twin.time - self._settled_since >= self.limits["settle_s"]:
+            return True
+        return bool(twin.data.xpos[self.tracker.body][2] < self.table_z - 0.05)  # fell off the table
 
 
 def grasp_stage(tracker: ObjectTracker) -> str:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 
 
-from r2s2r.eval.task_library.common import (COMMON_KEYS, CollisionTracker, Contacts, ObjectTracker, SceneIndex,
+from r2s2r.eval.task_library.common import (COMMON_KEYS, CollisionTracker, ObjectTracker, PlaceAndSettle, SceneIndex,
                                             finger_clearance, grasp_stage, read_common)
 from r2s2r.eval.tasks import Outcome, TaskLogic
 
 
-class CupInBox(TaskLogic):
+class CupInBox(PlaceAndSettle, TaskLogic):
     def __init__(self, task, params):
         super().__init__(task, params)
         params.reject_unknown(COMMON_KEYS | {"object", "container", "door_closed_angle", "max_tilt"})
@@ -70,20 +70,8 @@ class CupInBox(TaskLogic):
         door = (self.closed_angle - self.door_angle(twin)) * self.box.door_width
         return {"inside": float(inside), "upright": upright, "door": door}
 
-    def step(self, twin) -> None:
-        contacts = Contacts.read(twin)
-        self.collisions.update(twin, contacts)
-        self.tracker.update(twin, contacts)
-        if not any(self.tracker.in_contact.values()) and min(self._terms(twin).values()) > 0:
-            if self._settled_since is None:
-                self._settled_since = twin.time
-        else:
-            self._settled_since = None
-
-    def done(self, twin) -> bool:
-        if self._settled_since is not None and twin.time - self._settled_since >= self.limits["settle_s"]:
-            return True
-        return bool(twin.data.xpos[self.tracker.body][2] < self.table_z - 0.05)  # fell off the table
+    def _placed(self, twin) -> bool:
+        return min(self._terms(twin).values()) > 0
 
     def outcome(self, twin, timed_out: bool) -> Outcome:
         terms = self._terms(twin)
