@@ -5,7 +5,9 @@ a temporary folder, then prints:
 - replay: the episode's length over the wall time of replaying it in the twin (a ratio; with
   and without rendering the camera), and of the setpoint stream's computation (once per episode);
 - fit: wall time of `real2sim.sysid.fit` of the arm (kp, kv, damping, friction loss and the
-  latency) on the excitation episode, with 1 and with 2 workers, and the parameters it found.
+  latency) on the excitation episode, with 1 and with 2 workers, and the parameters it found;
+- object fit: wall time of the block's mass and friction fit (least squares from the priors, the
+  arm held at its fit) on a pick-and-lift episode with marker tracks, and what it found.
 
 Usage: python bench/replay.py [--duration 3.0] [--workers 1 2]
 """
@@ -26,6 +28,7 @@ from r2s2r.skills.stages import yaw_of
 
 HIDDEN = {"arm.kp_scale": 0.8, "arm.kv_scale": 1.3, "arm.damping_scale": 2.0, "arm.frictionloss": 0.3,
           "latency_s": 0.012}
+OBJECT_HIDDEN = {"block.mass": 0.27, "block.friction": 0.42}
 NAMES = ["arm.kp_scale", "arm.kv_scale", "arm.damping_scale", "arm.frictionloss"]
 
 
@@ -70,6 +73,26 @@ def main() -> None:
             found = ", ".join(f"{p.name} {p.value:.3f} (hidden {HIDDEN[p.name]:.3f})" for p in result.parameters)
             print(f"fit on {workers} worker(s): {result.wall_s:5.1f} s, {result.evaluations} rollouts; offset "
                   f"{1000 * result.offset_s:.2f} ms, latency {1000 * result.latency_s:.2f} ms; {found}")
+        # The block: heavier and slipperier than the scene says, lifted and held (mass in the efforts).
+        from r2s2r.real2sim.align import track_objects
+        from r2s2r.real2sim.markers import load_known_objects
+        known = load_known_objects("config/real2sim/proxy_objects.yaml")
+        markers = {k: v.marker for k, v in known.items() if v.marker is not None}
+        cmds, length = grasp_lift_script(robot, robot.home_positions, block.pos, yaw_of(block.quat), 0.04, 0.008,
+                                         lift=0.08, hold_s=0.8, dwell_s=0.4, speed_s=0.45, hover=0.07)
+        lift = Path(tmp) / "lift.mcap"
+        ProxyCell(scene, Hidden(values={**HIDDEN, **OBJECT_HIDDEN}), markers).record(
+            cmds, lift, length, cameras=["scene"], frame_rate_hz=8)
+        episode = load_episode(lift)
+        t0 = time.perf_counter()
+        tracks = track_objects(episode, scene, markers)
+        t_track = time.perf_counter() - t0
+        objects = fit(scene, [episode], list(OBJECT_HIDDEN), tracks=[tracks], fixed=result.values,
+                      workers=max(args.workers), global_iterations=0, window_s=None, max_iters=2)
+        found = ", ".join(f"{p.name} {p.value:.3f} +- {p.interval:.3f} (hidden {OBJECT_HIDDEN[p.name]:.3f})"
+                          for p in objects.parameters)
+        print(f"object fit: tracking {t_track:4.1f} s, fit {objects.wall_s:5.1f} s, {objects.evaluations} rollouts; "
+              f"{found}")
 
 
 if __name__ == "__main__":

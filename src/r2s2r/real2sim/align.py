@@ -22,6 +22,7 @@ from typing import Callable, Mapping, Sequence
 import cv2
 import numpy as np
 
+from r2s2r.camera.geometry import matrix_to_quat, quat_to_matrix
 from r2s2r.data.episode import Episode
 from r2s2r.real2sim.replay import ReplayTwin, Setpoints, Trace, replay
 from r2s2r.real2sim.sysid import ObjectTrack
@@ -89,11 +90,34 @@ def track_objects(episode: Episode, scene, markers: Mapping, camera: str | None 
                 T_wm = T_wc @ s.T_camera_marker
                 R = T_wm[:3, :3] @ markers[name].T_object_marker[:3, :3].T
                 pos = centre - R @ np.asarray(markers[name].pos)
-                found[name].append((float(t), pos))
+                found[name].append((float(t), pos, matrix_to_quat(R)))
     finally:
         renderer.close()
-    return [ObjectTrack(name, np.array([f[0] for f in v]), np.array([f[1] for f in v]))
+    return [ObjectTrack(name, np.array([f[0] for f in v]), np.array([f[1] for f in v]), np.array([f[2] for f in v]))
             for name, v in found.items() if v]
+
+
+def start_poses(tracks: Sequence[ObjectTrack], scene, before_s: float = 0.2):
+    """The scene with each tracked object where the episode's first frames saw it: position from
+    the median of the frames before `before_s`, yaw from the marker, upright on its support (so
+    a twin replays an episode from where the objects really were, not where the scene had them)."""
+    from dataclasses import replace as _replace
+    import math
+    by_name = {t.name: t for t in tracks}
+    support = scene.table.height if scene.table is not None else 0.0
+    objects = []
+    for o in scene.objects:
+        t = by_name.get(o.name)
+        if t is None or not len(t.times) or t.times[0] > before_s:
+            objects.append(o)
+            continue
+        first = t.times <= max(before_s, float(t.times[0]))
+        pos = np.median(t.positions[first], axis=0)
+        R = quat_to_matrix(t.quats[int(np.argmax(first))]) if t.quats is not None else np.eye(3)
+        yaw = math.atan2(R[1, 0], R[0, 0])
+        objects.append(_replace(o, pos=(float(pos[0]), float(pos[1]), support + o.half_height),
+                                quat=(math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))))
+    return scene.with_objects(objects)
 
 
 # -- outcome -----------------------------------------------------------------------------------------------
@@ -318,5 +342,5 @@ def _keyframe_checks(events, trace: Trace, episode, tracks, robot_r, stream_c, c
     return out
 
 
-__all__ = ["align", "Alignment", "Keyframe", "keyframes", "track_objects", "ssim", "iou", "lifted_outcome",
+__all__ = ["align", "Alignment", "Keyframe", "keyframes", "track_objects", "start_poses", "ssim", "iou", "lifted_outcome",
            "gripper_opening"]

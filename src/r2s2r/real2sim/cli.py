@@ -18,6 +18,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from r2s2r.config import ConfigError, load_yaml
@@ -100,16 +101,34 @@ def write_fitted(out_dir: Path, scene, fit_values: dict, parameters) -> tuple[Pa
     for o in scene.objects:
         objects.append(replace(o, mass=float(fit_values.get(f"{o.name}.mass", o.mass)),
                                friction=float(fit_values.get(f"{o.name}.friction", o.friction))))
+    from r2s2r.real2sim.params import OBJECT_PRIORITY
+    from r2s2r.sim.dynamics import load_dynamics
+    # The objects' friction was fitted with their geoms above the finger pads (params.prepare):
+    # the twin that loads it must resolve contacts the same way.
     dyn = {"robot": scene.robot, "command_latency_s": float(fit_values.get("latency_s", 0.0)),
-           "joints": parameters.joint_values(fit_values),
+           "object_priority": OBJECT_PRIORITY, "joints": parameters.joint_values(fit_values),
            "fitted": {k: float(v) for k, v in fit_values.items()}}
     dyn_path = out_dir / "robot_dynamics.yaml"
     dyn_path.write_text("# Fitted by `r2s2r align --fit`: per-joint actuator gains and passive dynamics, and the\n"
-                        "# command latency. real2sim.params.TwinParameters applies `fitted` to a twin.\n"
+                        "# command latency; fitted_scene.yaml names this file, so its twins apply it (sim.dynamics).\n"
                         + yaml.safe_dump(dyn, sort_keys=False))
-    scene_path = write_scene(scene.with_objects(objects), out_dir / "fitted_scene.yaml",
+    fitted = replace(scene.with_objects(objects), dynamics=load_dynamics(dyn_path, parameters.robot))
+    scene_path = write_scene(fitted, out_dir / "fitted_scene.yaml",
                              f"# Fitted by `r2s2r align --fit`; robot dynamics and latency: {dyn_path.name}")
     return scene_path, dyn_path
+
+
+def _handled(track, episode) -> bool:
+    """Whether the episode moved a tracked object (the only objects whose mass and friction it
+    holds): it was seen 1 cm or more from where it started, or it went unseen between sightings
+    (a top marker is hidden under the hand that holds the object)."""
+    if len(track.positions) < 2:
+        return False
+    if float(np.linalg.norm(track.positions - track.positions[0], axis=1).max()) > 0.01:
+        return True
+    frames = next((c.rgb_times for c in episode.cameras.values() if len(c.rgb_times)), np.zeros(0))
+    between = frames[(frames > track.times[0]) & (frames < track.times[-1])]
+    return bool(len(between) > 1.2 * (len(track.times) - 2) + 2)
 
 
 def _align(args) -> int:
@@ -149,17 +168,17 @@ def _align(args) -> int:
                      for k in ("kp_scale", "kv_scale", "damping_scale", "frictionloss")]
         arm_path = args.excitation or args.episode
         arm_episode = load_episode(arm_path) if args.excitation else episode
+        check = [f"{g}.{k}" for g in episode.robot.group_names for k in ("armature_scale", "inertia_scale")]
         arm_fit = fit(scene, [arm_episode], arm_names, workers=args.workers, episode_paths=[arm_path],
-                      use=("position", "velocity", "effort"), markers=markers or None)
+                      use=("position", "velocity", "effort"), markers=markers or None, check=check)
         fitted = arm_fit
         values = arm_fit.values
-        moved = [t.name for t in tracks if len(t.positions) > 1 and
-                 float(abs(t.positions[:, 2] - t.positions[0, 2]).max()) > 0.01]
+        moved = [t.name for t in tracks if _handled(t, episode)]
         if moved:
             object_names = [f"{n}.{k}" for n in moved for k in ("mass", "friction")]
             object_fit = fit(scene, [episode], object_names, tracks=[tracks], fixed=values, workers=args.workers,
                              episode_paths=[args.episode], window_s=None, markers=markers or None,
-                             global_iterations=8)
+                             global_iterations=0)
             values = object_fit.values
             fitted = arm_fit.report()
             fitted["parameters"] += object_fit.report()["parameters"]

@@ -38,6 +38,8 @@ from r2s2r.sim.twin import Twin, build_scene_spec
 from r2s2r.skills.ik import ArmIK
 from r2s2r.skills.stages import min_jerk, top_down
 
+_DIVERGED = (int(mujoco.mjtWarning.mjWARN_BADQACC), int(mujoco.mjtWarning.mjWARN_BADQVEL),
+             int(mujoco.mjtWarning.mjWARN_BADQPOS))
 ROBOT_CLOCK_S = 1000.0  # the robot stamps its states with its own clock, this far from sim time
 RECORDER_CLOCK_S = 1.7e9  # the recorder logs on the wall clock
 STATE_TRANSPORT_S = 0.0004  # joint_states reach the recorder this long after their stamp
@@ -165,6 +167,9 @@ class ProxyCell:
                                         RECORDER_CLOCK_S + now + STATE_TRANSPORT_S)
                     loop.cycle()
                     cycle += 1
+                    if cycle % 50 == 0 and any(twin.data.warning[w].number for w in _DIVERGED):
+                        # MuJoCo has reset the state: what follows would be recorded from the start.
+                        raise RuntimeError(f"proxy cell: the physics diverged near t = {now:.3f} s; {path} is void")
             finally:
                 if renderer is not None:
                     renderer.close()
@@ -232,11 +237,16 @@ def _segments(ik: ArmIK, q0: np.ndarray, waypoints, rate_hz: float, t0: float) -
 
 def grasp_lift_script(robot, start_q: np.ndarray, object_pos, object_yaw: float, width: float, squeeze: float,
                       lift: float = 0.06, hover: float = 0.1, grasp_height: float | None = None,
-                      rate_hz: float = 100.0, settle_s: float = 0.3, speed_s: float = 0.7) -> tuple[list, float]:
+                      rate_hz: float = 100.0, settle_s: float = 0.3, speed_s: float = 0.7, dwell_s: float = 0.0,
+                      place=None, hold_s: float = 0.4) -> tuple[list, float]:
     """Reach over an object, descend, close the gripper to `width - squeeze`, lift by `lift`,
-    hold, lower it back, open and withdraw. Returns the commands and the episode's length.
+    hold, lower it back (or, with `place` (x, y), carry it there and put it down), open and
+    withdraw. Returns the commands and the episode's length.
 
-    `grasp_height`: the TCP's height at the grasp (default the object's centre height)."""
+    `grasp_height`: the TCP's height at the grasp (default the object's centre height).
+    `dwell_s`: hold still at the grasp pose before closing. An arm that lags its setpoints (soft
+    gains, latency) is still above the grasp when the stream reaches it; closing then pinches the
+    object's top edge, a contact no two twins resolve alike."""
     group = robot.groups[0].name
     gripper = robot.grippers[0]
     ik = ArmIK(robot, group)
@@ -256,18 +266,67 @@ def grasp_lift_script(robot, start_q: np.ndarray, object_pos, object_yaw: float,
     t = settle_s
     part, q, t = _segments(ik, start_q, [(above, rot, speed_s * 1.6), (at, rot, speed_s)], rate_hz, t)
     cmds += part
+    if dwell_s > 0:
+        cmds += _hold(group, q, t, dwell_s, rate_hz)
+        t += dwell_s
     cmds.append(ScriptCommand(t + 0.01, "gripper", gripper.name, (closed,)))
     t += 0.6  # the fingers close
     hold = [ScriptCommand(t - 0.6 + (i + 1) / rate_hz, "positions", group, tuple(float(v) for v in q))
             for i in range(int(0.6 * rate_hz))]
     cmds += hold
-    part, q, t = _segments(ik, q, [(up, rot, speed_s), (up, rot, 0.4), (at + [0, 0, 0.004], rot, speed_s)], rate_hz, t)
+    down = at + [0, 0, 0.004]
+    path = [(up, rot, speed_s), (up, rot, hold_s)]
+    if place is not None:
+        # Carry it to `place`, the same height above the support, and put it down there.
+        down = np.array([place[0], place[1], down[2]])
+        path.append((np.array([place[0], place[1], up[2]]), rot, 2 * speed_s))
+    path.append((down, rot, speed_s))
+    part, q, t = _segments(ik, q, path, rate_hz, t)
     cmds += part
+    above = down + [0, 0, hover - 0.004]
     cmds.append(ScriptCommand(t + 0.01, "gripper", gripper.name, (open_width,)))
     t += 0.5
     cmds += [ScriptCommand(t - 0.5 + (i + 1) / rate_hz, "positions", group, tuple(float(v) for v in q))
              for i in range(int(0.5 * rate_hz))]
     part, q, t = _segments(ik, q, [(above, rot, speed_s)], rate_hz, t)
+    cmds += part
+    return cmds, t + 0.2
+
+
+def _hold(group: str, q: np.ndarray, t: float, seconds: float, rate_hz: float) -> list[ScriptCommand]:
+    return [ScriptCommand(t + (i + 1) / rate_hz, "positions", group, tuple(float(v) for v in q))
+            for i in range(int(round(seconds * rate_hz)))]
+
+
+def push_script(robot, start_q: np.ndarray, object_pos, object_yaw: float, half_length: float, distance: float,
+                height: float = 0.015, direction: float = 0.0, speed_s: float = 0.6, gap: float = 0.02,
+                rate_hz: float = 100.0, settle_s: float = 0.3, hover: float = 0.08) -> tuple[list, float]:
+    """Close the gripper, come down behind an object and push it `distance` along its own x axis
+    turned by `direction` (rad), the closed fingers' side against its face, then back off and rise.
+    `half_length`: the object's half extent along the push; `height`: the TCP's height in the push.
+    The object slides on its support all along: the force the arm needs is its friction times
+    its weight, which is what makes friction identifiable from the arm's efforts."""
+    group = robot.groups[0].name
+    gripper = robot.grippers[0]
+    ik = ArmIK(robot, group)
+    heading = object_yaw + direction
+    u = np.array([math.cos(heading), math.sin(heading), 0.0])
+    # The fingers close along the TCP's y: turned along the push, the closed pair is a paddle.
+    rot = top_down(heading + math.pi / 2)
+    p = np.asarray(object_pos, float)
+    finger = 0.012  # half the closed fingers' thickness along the push
+    start = p - u * (half_length + gap + finger)
+    start[2] = height
+    above = start + [0, 0, hover]
+    end = start + u * distance
+    back = end - u * 0.03
+    cmds = [ScriptCommand(0.05, "gripper", gripper.name, (gripper.opening_range[0],))]
+    part, q, t = _segments(ik, start_q, [(above, rot, 1.6 * speed_s), (start, rot, speed_s)], rate_hz, settle_s)
+    cmds += part
+    cmds += _hold(group, q, t, 0.2, rate_hz)
+    t += 0.2
+    part, q, t = _segments(ik, q, [(end, rot, max(speed_s, distance / 0.08)), (end, rot, 0.3), (back, rot, 0.4),
+                                   (back + [0, 0, hover], rot, speed_s)], rate_hz, t)
     cmds += part
     return cmds, t + 0.2
 
@@ -296,4 +355,4 @@ def excitation_script(robot, duration: float = 3.0, amplitude: float = 0.25, rat
     return cmds
 
 
-__all__ = ["ProxyCell", "excitation_script", "Hidden", "Truth", "ScriptCommand", "grasp_lift_script", "camera_calibration", "camera_pose"]
+__all__ = ["ProxyCell", "excitation_script", "push_script", "Hidden", "Truth", "ScriptCommand", "grasp_lift_script", "camera_calibration", "camera_pose"]

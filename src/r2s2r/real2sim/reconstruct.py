@@ -747,10 +747,15 @@ def scene_dict(scene: Scene) -> dict:
 
 
 def write_scene(scene: Scene, path: str | Path, header: str = "") -> Path:
-    """Write a scene YAML that load_scene reads back to the same scene."""
+    """Write a scene YAML that load_scene reads back to the same scene (its dynamics file, if it
+    names one, by a path relative to the scene's folder)."""
+    import os
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(scene_dict(scene), sort_keys=False, default_flow_style=None, width=110)
+    data = scene_dict(scene)
+    if scene.dynamics is not None:
+        data["dynamics"] = os.path.relpath(Path(scene.dynamics.source).resolve(), path.parent.resolve())
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110)
     path.write_text((header.rstrip() + "\n" if header else "") + text)
     return path
 

@@ -196,6 +196,8 @@ class ReplayTwin:
         self.arm_act = np.array([m.actuator(n).id for n in self.twin.joint_names])
         self.gripper_act = np.array([m.actuator(g.name).id for g in self.robot.grippers], dtype=int)
         self.values: dict[str, float] = {}
+        # A scene with fitted dynamics (sim.dynamics) brings its latency: values without one replay with it.
+        self.latency_s = self.twin.command_latency_s
 
     @property
     def model(self) -> mujoco.MjModel:
@@ -275,7 +277,7 @@ def replay(replay_twin: ReplayTwin, episode: Episode, stream: Setpoints, values:
     rt = replay_twin
     rt.set_values(values or {})
     rt.start(episode)
-    ctrl = rt.controls(stream, float((values or {}).get("latency_s", 0.0)))
+    ctrl = rt.controls(stream, float((values or {}).get("latency_s", rt.latency_s)))
     m, d = rt.model, rt.twin.data
     rows = np.empty((stream.nsteps, m.nsensordata))
     renderer = None

@@ -102,7 +102,8 @@ def write_report(out_dir: str | Path, episode: str, before, after=None, fit=None
                     f"{1000 * rep['latency_s']:.2f} &plusmn; {1000 * rep['latency_ci95']:.2f} ms. Cost "
                     f"{rep['cost_nominal']:.4g} nominal, {rep['cost_fitted']:.4g} fitted; {rep['evaluations']} rollouts "
                     f"in {rep['wall_s']:.1f} s on {rep['workers']} worker(s).</p>")
-        body.append(_table([[p["name"], _fmt(p["nominal"]), _fmt(p["value"]), _fmt(p["ci95"]), p["unit"],
+        body.append(_table([[p["name"], _fmt(p["nominal"]),
+                             _fmt(p["value"]) if p.get("fitted", True) else "not fitted", _fmt(p["ci95"]), p["unit"],
                              "yes" if p["identifiable"] else "NO", p["why"]] for p in rep["parameters"]],
                            ["parameter", "nominal", "fitted", "95% CI +-", "unit", "identifiable", "note"]))
     objects = sorted(set(before.object_final_error) | set(after.object_final_error if after else {}))

@@ -71,6 +71,7 @@ class ObjectTrack:
     name: str
     times: np.ndarray
     positions: np.ndarray  # N x 3, world frame
+    quats: np.ndarray | None = None  # N x 4 (wxyz), world frame, where the tracker measures them
 
 
 @dataclass(eq=False)
@@ -149,7 +150,7 @@ class Evaluator:
         for e, fd in enumerate(self.data):
             controls = []
             for v in value_sets:
-                latency = float({**fixed, **v}.get("latency_s", 0.0))
+                latency = float({**fixed, **v}.get("latency_s", self.rt.latency_s))
                 controls.append(self.rt.controls(fd.stream, latency))
             _, sensordata = self._rollout.rollout(models, self._datas, fd.initial_state[None, :], np.stack(controls),
                                                   nstep=fd.stream.nsteps)
@@ -350,6 +351,7 @@ class FittedParameter:
     unit: str
     identifiable: bool
     why: str = ""
+    fitted: bool = True  # False: held at its prior, only checked for identifiability (fit's `check`)
 
 
 @dataclass
@@ -371,7 +373,7 @@ class FitResult:
     @property
     def values(self) -> dict[str, float]:
         """Every value the twin should take: the fitted ones, the latency and those held."""
-        return {**self.fixed, **{p.name: p.value for p in self.parameters}, "latency_s": self.latency_s}
+        return {**self.fixed, **{p.name: p.value for p in self.parameters if p.fitted}, "latency_s": self.latency_s}
 
     def report(self) -> dict:
         return {"offset_s": self.offset_s, "xcorr_offset_s": self.xcorr_offset_s, "latency_s": self.latency_s,
@@ -380,7 +382,7 @@ class FitResult:
                 "wall_s": self.wall_s, "workers": self.workers,
                 "parameters": [{"name": p.name, "nominal": p.nominal, "value": p.value, "ci95": p.interval,
                                 "bounds": [p.lower, p.upper], "unit": p.unit, "identifiable": p.identifiable,
-                                "why": p.why} for p in self.parameters]}
+                                "why": p.why, "fitted": p.fitted} for p in self.parameters]}
 
 
 def _bounds(rt: ReplayTwin, name: str, bounds: Mapping[str, tuple[float, float]] | None) -> tuple[float, float]:
@@ -473,12 +475,16 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         fixed: Mapping[str, float] | None = None, workers: int = 1, max_iters: int = 10, markers=None,
         use: Sequence[str] = ("position", "velocity", "effort", "finger", "object"),
         episode_paths: Sequence[str] | None = None, window_s: float | None = 1.5, latency_max_s: float = 0.06,
-        global_iterations: int = 20) -> FitResult:
+        global_iterations: int = 20, check: Sequence[str] = ()) -> FitResult:
     """Fit `names` (real2sim.params names) to the episodes, with `fixed` values held (a
     previous fit's). The latency is estimated too unless `fixed` holds it.
 
     `window_s`: the global search looks at the episodes' first seconds only (None: all of
-    them; what happens late in an episode, a grasp, an object's slip, needs all of it).
+    them; what happens late in an episode, a grasp, an object's slip, needs all of it);
+    0 `global_iterations`: least squares from the priors, no global search.
+    `check`: parameters held at their priors but tested for identifiability at the optimum
+    (link inertias, armature): the report lists them, flagged when the data cannot pin them
+    down (fitting them anyway lands, confidently, wherever the start was)
     `workers` > 1 runs CMA-ES generations on that many worker processes (which load the
     episodes from `episode_paths`) and rollouts on that many threads."""
     wall0 = time.perf_counter()
@@ -515,9 +521,12 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
             upper.append(latency_max_s * 1e3)
         cand = _Candidates(tuple(nominal.items()), tuple(keys), tuple(logs), tuple(units), windowed=True)
         span = np.array(upper) - np.array(lower)  # CMA-ES steps in each coordinate by a share of its range
-        best, _, hist = cma_search(lambda x: win.cost(cand.values(x)), x0, 0.15 * float(span.max()), (lower, upper),
-                                   pool, iterations=global_iterations, popsize=10, candidates=cand,
-                                   stds=list(span / span.max()))
+        if global_iterations > 0:
+            best, _, hist = cma_search(lambda x: win.cost(cand.values(x)), x0, 0.15 * float(span.max()),
+                                       (lower, upper), pool, iterations=global_iterations, popsize=10, candidates=cand,
+                                       stds=list(span / span.max()))
+        else:  # no global search: least squares from the priors (a smooth problem, a good start)
+            best, hist = x0, []
         history += hist
         pooled = 10 * len(hist) if pool is not None else 0  # rollouts the workers ran
         start = cand.values(best)
@@ -542,7 +551,8 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         evaluator.names = fit_names
         all_values = {**values, "latency_s": latency}
         cost_fitted = evaluator.cost({**base, **all_values})
-        half, corr = _intervals(evaluator, fit_names, all_values, base)
+        # The intervals at the latency found or held (a held latency is in neither names nor base).
+        half, corr = _intervals(evaluator, fit_names, all_values, {**base, "latency_s": latency})
         out = []
         for i, n in enumerate(names):
             info = rt.parameters.info(n)
@@ -558,6 +568,28 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
                 why = (why + "; " if why else "") + "correlated with " + ", ".join(partners)
             out.append(FittedParameter(n, info.nominal, value, float(half[i]), info.lower, info.upper, info.unit,
                                        identifiable, why))
+        check = [c for c in check if c not in fit_names and c not in base]
+        if check:
+            # Intervals with the checked parameters free too: a parameter the data cannot tell from
+            # the fitted ones (armature next to link inertia) gets an infinite or wide one.
+            at = {**all_values, **rt.parameters.nominal(check)}
+            evaluator.names = fit_names + check
+            half_c, corr_c = _intervals(evaluator, fit_names + check, at, {**base, "latency_s": latency})
+            for i, n in enumerate(check, start=len(fit_names)):
+                info = rt.parameters.info(n)
+                why = "held at its prior, not fitted"
+                ok = bool(np.isfinite(half_c[i]) and half_c[i] <= IDENTIFIABLE_REL * max(abs(info.nominal), 1e-2))
+                if not np.isfinite(half_c[i]):
+                    why += "; the data does not constrain it (infinite interval)"
+                elif not ok:
+                    why += f"; 95% interval +-{half_c[i]:.3g} is wider than {IDENTIFIABLE_REL:.0%} of its value"
+                partners = [(fit_names + check)[k] for k in range(len(fit_names) + len(check))
+                            if k != i and abs(corr_c[i, k]) > CORRELATED]
+                if partners:
+                    ok = False
+                    why += "; indistinguishable from " + ", ".join(partners)
+                out.append(FittedParameter(n, info.nominal, info.nominal, float(half_c[i]), info.lower, info.upper,
+                                           info.unit, ok, why, fitted=False))
         return FitResult(offset, found.seconds if found else float("nan"), latency,
                          float(half[-1]) if estimate_latency else 0.0, out, cost_nominal, cost_fitted, max_iters,
                          evaluator.evaluations + win.evaluations + pooled, time.perf_counter() - wall0, workers, history,

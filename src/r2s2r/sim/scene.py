@@ -3,6 +3,10 @@ lights, read from YAML.
 
 Sizes are full extents in metres (a box's size is its width, depth and height), poses are
 in the world frame (z up, the table top at z = table.height), angles in radians.
+
+`dynamics: robot_dynamics.yaml` (relative to the scene's folder) names fitted robot dynamics
+(sim.dynamics: per-joint gains, damping, armature, friction loss, command latency) that every
+Twin of the scene applies; `r2s2r align --fit` writes such a pair.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.robots import CameraSpec, UnknownRobotError, get_robot
+from r2s2r.sim.dynamics import DynamicsSpec, load_dynamics
 from r2s2r.sim.fixtures import FixtureSpec, parse_fixture
 
 SHAPES = ("box", "cylinder", "sphere", "capsule")
@@ -71,6 +76,7 @@ class Scene:
     shadows: bool = False  # shadows cost about two thirds of a CPU frame
     seed: int = 0
     source: str = "<scene>"
+    dynamics: DynamicsSpec | None = None  # fitted robot dynamics (sim.dynamics), applied by every Twin
 
     def with_objects(self, objects) -> "Scene":
         return replace(self, objects=tuple(objects))
@@ -146,7 +152,7 @@ def parse_object(sec: Section) -> ObjectSpec:
 def parse_scene(data: dict, source: str = "<scene>") -> Scene:
     top = Section(data, source)
     top.reject_unknown({"robot", "timestep", "table", "objects", "fixtures", "cameras", "camera_extrinsics", "lights",
-                        "robot_cameras", "shadows", "seed"})
+                        "robot_cameras", "shadows", "seed", "dynamics"})
     robot = top.string("robot")
     try:
         get_robot(robot)
@@ -178,11 +184,18 @@ def parse_scene(data: dict, source: str = "<scene>") -> Scene:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise top.error("objects", "unique object, fixture and camera names", duplicates)
+    dynamics = None
+    if top.raw("dynamics", None) is not None:
+        where = top.string("dynamics")
+        path = Path(source).parent / where if not Path(where).is_absolute() else Path(where)
+        if not path.is_file():
+            raise top.error("dynamics", "a robot dynamics file (relative to the scene's folder)", str(path))
+        dynamics = load_dynamics(path, get_robot(robot))
     return Scene(robot=robot, timestep=top.number("timestep", 0.001, positive=True, maximum=0.01),
                  table=table, objects=objects, fixtures=fixtures, cameras=cameras,
                  lights=tuple(lights) if top.has("lights") else Scene.lights,
                  robot_cameras=top.boolean("robot_cameras", True), shadows=top.boolean("shadows", False),
-                 seed=top.integer("seed", 0, minimum=0), source=source)
+                 seed=top.integer("seed", 0, minimum=0), source=source, dynamics=dynamics)
 
 
 def load_scene(path: str | Path) -> Scene:

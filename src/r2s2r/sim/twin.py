@@ -6,6 +6,7 @@ evaluation engine both use it through `hardware.SimHardware`.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import mujoco
@@ -14,6 +15,7 @@ import numpy as np
 from r2s2r.contract.types import JointSample
 from r2s2r.robots import get_robot
 from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpos
+from r2s2r.sim.dynamics import apply_dynamics
 from r2s2r.sim.fixtures import add_fixture
 from r2s2r.sim.scene import ObjectSpec, Scene
 
@@ -121,6 +123,12 @@ class Twin:
         self.robot = get_robot(scene.robot)
         self.spec = build_scene_spec(scene) if spec is None else spec
         self.model = self.spec.compile()
+        # Fitted dynamics (the scene's `dynamics` file) replace the RobotSpec's values after compiling.
+        self.command_latency_s = 0.0
+        if scene.dynamics is not None:
+            apply_dynamics(self.model, scene.dynamics, [o.name for o in scene.objects])
+            self.command_latency_s = float(scene.dynamics.command_latency_s)
+        self._delayed: deque = deque()  # (due time, actuator ids, values) while commands are delayed
         self.data = mujoco.MjData(self.model)
         self.seed = scene.seed if seed is None else seed
         m = self.model
@@ -161,6 +169,7 @@ class Twin:
             self.seed = seed
         self.rng = np.random.default_rng(self.seed)
         mujoco.mj_resetData(self.model, self.data)
+        self._delayed.clear()
         self.data.qpos[:] = self._initial_qpos
         self.data.ctrl[:] = self._initial_ctrl
         mujoco.mj_forward(self.model, self.data)
@@ -174,6 +183,7 @@ class Twin:
         return state
 
     def restore(self, state: np.ndarray) -> None:
+        self._delayed.clear()  # commands in flight are not part of the state
         mujoco.mj_setState(self.model, self.data, np.asarray(state, dtype=float), _STATE)
         mujoco.mj_forward(self.model, self.data)
         self._sensor_time = self.data.time
@@ -188,24 +198,50 @@ class Twin:
         return float(self.model.opt.timestep)
 
     def set_arm_targets(self, positions: np.ndarray) -> None:
-        """Position targets of every arm joint, in `joint_names` order."""
-        self.data.ctrl[self._arm_ctrl] = positions
+        """Position targets of every arm joint, in `joint_names` order (they reach the actuators
+        `command_latency_s` later when the scene's fitted dynamics have a latency)."""
+        if self.command_latency_s > 0:
+            self._delay(self._arm_ctrl, positions)
+        else:
+            self.data.ctrl[self._arm_ctrl] = positions
 
     def set_gripper_openings(self, openings: np.ndarray) -> None:
-        self.data.ctrl[self._gripper_act] = openings
+        if self.command_latency_s > 0:
+            self._delay(self._gripper_act, openings)
+        else:
+            self.data.ctrl[self._gripper_act] = openings
+
+    def _delay(self, actuators, values) -> None:
+        self._delayed.append((self.data.time + self.command_latency_s, actuators, np.array(values, float)))
+
+    def _step_delayed(self, n: int) -> None:
+        """n physics steps, each first applying the delayed commands that have come due."""
+        model, data, delayed = self.model, self.data, self._delayed
+        for _ in range(n):
+            while delayed and delayed[0][0] <= data.time + 1e-9:
+                _, actuators, values = delayed.popleft()
+                data.ctrl[actuators] = values
+            mujoco.mj_step(model, data)
 
     def step(self, n: int = 1) -> None:
         model, data = self.model, self.data
-        if n > 0:
+        if self.command_latency_s > 0:
+            self._step_delayed(n)
+        elif n > 0:
             mujoco.mj_step(model, data, n)
         self._sensor_time = data.time - model.opt.timestep
 
     def step_through(self, arm_targets: np.ndarray, steps_per_row: int = 1) -> None:
         """Set each row of `arm_targets` (joint_names order) in turn and step `steps_per_row` times after it."""
         model, data, ctrl, arm = self.model, self.data, self.data.ctrl, self._arm_ctrl
-        for row in arm_targets:
-            ctrl[arm] = row
-            mujoco.mj_step(model, data, steps_per_row)
+        if self.command_latency_s > 0:
+            for row in arm_targets:
+                self._delay(arm, row)
+                self._step_delayed(steps_per_row)
+        else:
+            for row in arm_targets:
+                ctrl[arm] = row
+                mujoco.mj_step(model, data, steps_per_row)
         self._sensor_time = data.time - model.opt.timestep
 
     # -- privileged state --------------------------------------------------------------------
