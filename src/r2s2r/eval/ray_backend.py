@@ -5,16 +5,17 @@ starts a local Ray instance for this campaign; "auto" joins the cluster this mac
 to; "HOST:PORT" joins that head node; "ray://HOST:PORT" connects through Ray Client. Every
 node needs r2s2r and the task's and policy's files installed at the same paths (or a Ray
 runtime_env that ships them). The trial function is the process pool's: the same trials
-give the same rows.
+give the same rows. Other jobs (`TrialPool.map`) run on the same actors, their context put in
+the object store once per call.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable
+from typing import Any, Callable, Iterable, Sequence
 
-from r2s2r.eval.runner import TrialResult, TrialSpec, TrialWorker
+from r2s2r.eval.runner import JobContext, TrialResult, TrialSpec, TrialWorker
 
 
 class _Worker:
@@ -23,6 +24,9 @@ class _Worker:
 
     def run(self, spec: TrialSpec) -> TrialResult:
         return self.worker.run(spec)
+
+    def job(self, fn, context, item):
+        return self.worker.job(fn, context, item)
 
 
 def _local(address: str | None) -> bool:
@@ -65,18 +69,32 @@ class RayWorkers:
 
     def run(self, specs) -> Iterable[TrialResult]:
         """The results of `specs` in the order they finish; each actor runs one trial at a time."""
+        for _, result in self._dispatch(lambda actor, spec: actor.run.remote(spec), specs):
+            yield result
+
+    def map(self, fn: Callable[[Any, Any], Any], items: Sequence, context: JobContext | None) -> list:
+        """fn(state, item) for every item, in the items' order (see TrialPool.map)."""
+        ref = self.ray.put(context)  # once, not with every item; an actor gets it resolved
+        done = dict(self._dispatch(lambda actor, item: actor.job.remote(fn, ref, item), items))
+        return [done[i] for i in range(len(items))]
+
+    def _dispatch(self, submit, items) -> Iterable[tuple[int, Any]]:
+        """(index, result) of submit(actor, item) for every item, in the order they finish; an
+        actor gets its next item when it has returned one."""
         ray = self.ray
-        queue = list(reversed(specs))
-        running = {}  # object ref -> the actor running it
+        queue = list(reversed(list(enumerate(items))))
+        running = {}  # object ref -> (the actor running it, the item's index)
         for a in self.actors:
             if queue:
-                running[a.run.remote(queue.pop())] = a
+                index, item = queue.pop()
+                running[submit(a, item)] = (a, index)
         while running:
             (ref,), _ = ray.wait(list(running), num_returns=1)
-            a = running.pop(ref)
+            a, index = running.pop(ref)
             if queue:
-                running[a.run.remote(queue.pop())] = a
-            yield ray.get(ref)
+                following, item = queue.pop()
+                running[submit(a, item)] = (a, following)
+            yield index, ray.get(ref)
 
     def close(self) -> None:
         for a in self.actors:

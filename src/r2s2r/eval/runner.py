@@ -19,7 +19,9 @@ in the atlas like any other failure so it gets fixed, never taken for the policy
 
 Campaigns (`run_trials`) fan trials out on a local process pool (default) or on Ray
 (`backend="ray"`), write each result to the store as it ends, skip trials already stored
-(resume) and show a progress bar with an ETA.
+(resume) and show a progress bar with an ETA. The same workers run other jobs too
+(`TrialPool.map`: the system identification's CMA-ES generations), each from a `JobContext`
+a worker turns into state once and keeps.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import mujoco
 import numpy as np
@@ -48,6 +50,7 @@ from r2s2r.sim.twin import Twin
 
 BACKENDS = ("process", "ray")
 TWIN_CACHE = 4  # compiled scenes a worker keeps (each a few MB)
+JOB_CACHE = 2  # job states a worker keeps (a fit's loaded episodes and compiled twin)
 UNSTABLE = "sim_unstable"  # the stage of a trial whose physics blew up (not the policy's failure)
 _BAD_STATE = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
 
@@ -147,16 +150,42 @@ class TrialObserver:
         """The trial is judged."""
 
 
+class JobContext(Protocol):
+    """What a worker needs for a job other than a trial (`TrialPool.map`): small and picklable,
+    it travels with every item; `build()` makes the state the job's function runs on (episodes
+    loaded, a twin compiled), once per worker and `key`, kept for the calls that follow."""
+
+    key: str
+
+    def build(self) -> Any:
+        ...
+
+
 class TrialWorker:
-    """Runs trials one at a time; keeps loaded tasks, policies and compiled twins between them.
-    `threads`: how many threads a torch policy may use (a pool worker: 1, so workers do not
-    fight over the cores); None leaves torch's default."""
+    """Runs trials one at a time; keeps loaded tasks, policies and compiled twins between them,
+    and the states of other jobs (`job`). `threads`: how many threads a torch policy may use (a
+    pool worker: 1, so workers do not fight over the cores); None leaves torch's default."""
 
     def __init__(self, threads: int | None = None):
         self.threads = threads
         self._tasks: dict = {}
         self._policies: dict = {}
         self._twins: OrderedDict = OrderedDict()
+        self._states: OrderedDict = OrderedDict()
+
+    def job(self, fn: Callable[[Any, Any], Any], context: JobContext | None, item):
+        """fn(state, item), the state built from `context` on its first use here (None: None)."""
+        if context is None:
+            return fn(None, item)
+        state = self._states.pop(context.key, None)
+        if state is None:
+            state = context.build()
+        self._states[context.key] = state
+        while len(self._states) > JOB_CACHE:
+            _, old = self._states.popitem(last=False)
+            if hasattr(old, "close"):
+                old.close()
+        return fn(state, item)
 
     def task(self, name: str):
         if name not in self._tasks:
@@ -280,6 +309,10 @@ def _pool_run(spec: TrialSpec) -> TrialResult:
     return _WORKER.run(spec)
 
 
+def _pool_job(fn, context, item):
+    return _WORKER.job(fn, context, item)
+
+
 # -- campaigns ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Planned:
@@ -293,7 +326,9 @@ class Planned:
 class TrialPool:
     """Where trials run: this process (one worker), a process pool, or Ray actors; started on
     first use and kept until closed, so a search's rounds reuse warm workers (their loaded
-    tasks, policies and compiled twins)."""
+    tasks, policies and compiled twins). `map` runs other jobs on the same workers: a
+    module-level function of (state, item), the state built once per worker from a
+    `JobContext` and kept between calls (a fit's generations reuse its loaded episodes)."""
 
     def __init__(self, workers: int = 1, backend: str = "process", address: str | None = None):
         if backend not in BACKENDS:
@@ -310,32 +345,52 @@ class TrialPool:
         if not specs:
             return
         if self.backend == "ray":
-            if self._ray is None:
-                from r2s2r.eval.ray_backend import RayWorkers
-                self._ray = RayWorkers(self.workers, self.address)
-            yield from self._ray.run(specs)
+            yield from self._ray_workers().run(specs)
         elif self.workers == 1:
             self._local = self._local or TrialWorker()
             for spec in specs:
                 yield self._local.run(spec)
         else:
-            yield from self._run_pool(specs)
+            for _, result in self._run_pool(_pool_run, [(spec,) for spec in specs]):
+                yield result
 
-    def _run_pool(self, specs: Sequence[TrialSpec]) -> Iterable[TrialResult]:
+    def map(self, fn: Callable[[Any, Any], Any], items: Sequence, context: JobContext | None = None) -> list:
+        """[fn(state, item) for item in items], in the items' order, each on whichever worker is
+        free; `state` is what `context.build()` made on that worker (once per context key)."""
+        items = list(items)
+        if not items:
+            return []
+        if self.backend == "ray":
+            return self._ray_workers().map(fn, items, context)
+        if self.workers == 1:
+            self._local = self._local or TrialWorker()
+            return [self._local.job(fn, context, item) for item in items]
+        done = dict(self._run_pool(_pool_job, [(fn, context, item) for item in items]))
+        return [done[i] for i in range(len(items))]
+
+    def _ray_workers(self):
+        if self._ray is None:
+            from r2s2r.eval.ray_backend import RayWorkers
+            self._ray = RayWorkers(self.workers, self.address)
+        return self._ray
+
+    def _run_pool(self, fn, calls: Sequence[tuple]) -> Iterable[tuple[int, Any]]:
+        """(index, fn(*calls[index])) on the process pool, in the order they finish."""
         if self._pool is None:
             import multiprocessing
             # spawn: a fresh interpreter per worker, no inherited threads, GL contexts or locks.
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_pool_init, initargs=(1,))
-        queue = list(reversed(specs))
-        running = set()
+        queue = list(reversed(list(enumerate(calls))))
+        running: dict = {}  # future -> its call's index
         try:
             while queue or running:
                 while queue and len(running) < 2 * self.workers:  # a few ahead, so no worker waits
-                    running.add(self._pool.submit(_pool_run, queue.pop()))
-                done, running = wait(running, return_when=FIRST_COMPLETED)
+                    index, args = queue.pop()
+                    running[self._pool.submit(fn, *args)] = index
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()
+                    yield running.pop(future), future.result()
         finally:
             for future in running:
                 future.cancel()
@@ -454,4 +509,4 @@ def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[st
 
 
 __all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "TrialError", "Planned", "TrialPool",
-           "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]
+           "JobContext", "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]

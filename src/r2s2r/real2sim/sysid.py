@@ -9,9 +9,12 @@ converges, to gains and damping that absorb the shift, and reports success.
    setpoints (a servo's effort follows its setpoint at once, its motion a servo time constant
    later).
 2. CMA-ES (`cma`) over the model parameters and the latency together, from the spec's values
-   and that estimate, on the episodes' first seconds: a global search, on worker processes,
-   out of the valleys where too little damping makes up for too much delay. Its latency is
-   the offset the fit removes, and reports.
+   and that estimate, on the episodes' first seconds: a global search out of the valleys
+   where too little damping makes up for too much delay. Its latency is the offset the fit
+   removes, and reports. A generation's candidates run on the trial runner's workers
+   (`eval.runner.TrialPool.map`: a process pool, or Ray actors with `backend="ray"`), each
+   worker loading the episodes once (`_FitJob`) and keeping them for the fit's generations;
+   the costs come back in candidate order, so any number of workers gives the same fit.
 3. Bounded nonlinear least squares (`mujoco.sysid.optimize`: MuJoCo's own Levenberg-Marquardt
    with box bounds) on the model parameters (`real2sim.params` names: damping, armature,
    friction loss, actuator gains, object mass and friction) over the whole episodes, the
@@ -44,9 +47,8 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+import uuid
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -55,6 +57,7 @@ import mujoco.rollout
 import numpy as np
 
 from r2s2r.data.episode import Episode
+from r2s2r.eval.runner import TrialPool
 from r2s2r.real2sim.replay import ReplayTwin, Setpoints, setpoints
 
 IDENTIFIABLE_REL = 0.25
@@ -263,7 +266,7 @@ def estimate_offset(evaluator: Evaluator, values: Mapping[str, float] | None = N
                   float(corr[best]))
 
 
-# -- 3. CMA-ES on worker processes ---------------------------------------------------------------------------
+# -- 3. CMA-ES on the trial runner's workers ---------------------------------------------------------------
 @dataclass(frozen=True)
 class _Candidates:
     """How a CMA-ES point maps to parameter values: `keys[i]` gets exp(x[i]) when `log[i]`,
@@ -282,21 +285,48 @@ class _Candidates:
         return out
 
 
-_POOL: dict = {}
+@dataclass(eq=False)
+class _FitState:
+    """The evaluators candidates are costed on: the full episodes and their first seconds."""
+
+    full: Evaluator
+    window: Evaluator
+
+    def close(self) -> None:
+        self.window.close()
+        self.full.close()
 
 
-def _pool_init(scene, episode_paths, track_data, names, use, markers, window_s) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from r2s2r.data.episode import load_episode
-    full = _evaluator_for(scene, [load_episode(p) for p in episode_paths], track_data, names, use, 1, markers)
-    _POOL["full"] = full
-    _POOL["window"] = Evaluator(full.rt, [window(fd, window_s) for fd in full.data], [], 1,
-                                ("position", "velocity", "effort"))
+def _windowed(full: Evaluator, window_s: float | None, threads: int) -> Evaluator:
+    """The global search's evaluator: the first `window_s` of the episodes (None: all of them)."""
+    data = [window(fd, window_s) for fd in full.data] if window_s else full.data
+    return Evaluator(full.rt, data, [], threads, full.use)
 
 
-def _pool_cost(job: tuple[_Candidates, list]) -> float:
+@dataclass(frozen=True, eq=False)
+class _FitJob:
+    """A fit as a worker rebuilds it (a JobContext for TrialPool.map): the episodes from their
+    files, the twin compiled from the scene; `key` is the fit's own, so a worker builds it once."""
+
+    key: str
+    scene: object
+    episode_paths: tuple[str, ...]
+    tracks: tuple
+    names: tuple[str, ...]
+    use: tuple[str, ...]
+    markers: object
+    window_s: float | None
+
+    def build(self) -> _FitState:
+        from r2s2r.data.episode import load_episode
+        full = _evaluator_for(self.scene, [load_episode(p) for p in self.episode_paths], self.tracks, self.names,
+                              self.use, 1, self.markers)
+        return _FitState(full, _windowed(full, self.window_s, 1))
+
+
+def _candidate_cost(state: _FitState, job: tuple[_Candidates, list]) -> float:
     candidates, x = job
-    return _POOL["window" if candidates.windowed else "full"].cost(candidates.values(x))
+    return (state.window if candidates.windowed else state.full).cost(candidates.values(x))
 
 
 def _evaluator_for(scene, episodes, track_data, names, use, threads, markers=None) -> Evaluator:
@@ -311,12 +341,11 @@ def _evaluator_for(scene, episodes, track_data, names, use, threads, markers=Non
     return Evaluator(rt, data, names, threads, use)
 
 
-def cma_search(cost_of, x0: Sequence[float], sigma0: float, bounds: tuple[Sequence[float], Sequence[float]],
-               pool: ProcessPoolExecutor | None = None, iterations: int = 8, popsize: int = 6, seed: int = 1,
-               candidates: "_Candidates | None" = None, stds: Sequence[float] | None = None):
-    """Minimise cost_of(x) with CMA-ES. With `pool` (and `candidates`, which says how a point
-    becomes parameter values there) a generation's candidates run on the pool's workers.
-    One-dimensional problems (cma needs two) carry a dummy second coordinate."""
+def cma_search(costs_of, x0: Sequence[float], sigma0: float, bounds: tuple[Sequence[float], Sequence[float]],
+               iterations: int = 8, popsize: int = 6, seed: int = 1, stds: Sequence[float] | None = None):
+    """Minimise with CMA-ES; `costs_of(xs)` gives the costs of a generation's points, in their
+    order (on workers, or here). One-dimensional problems (cma needs two) carry a dummy second
+    coordinate."""
     import cma
     x0 = list(map(float, x0))
     lower, upper = list(map(float, bounds[0])), list(map(float, bounds[1]))
@@ -330,11 +359,9 @@ def cma_search(cost_of, x0: Sequence[float], sigma0: float, bounds: tuple[Sequen
     history = []
     while not es.stop():
         points = es.ask()
-        xs = [list(c[:1]) if pad else list(c) for c in points]
-        costs = (list(pool.map(_pool_cost, [(candidates, x) for x in xs])) if pool is not None
-                 else [cost_of(x) for x in xs])
+        costs = [float(c) for c in costs_of([list(c[:1]) if pad else list(c) for c in points])]
         es.tell(points, costs)
-        history.append(float(min(costs)))
+        history.append(min(costs))
     best = es.result.xbest
     return (list(best[:1]) if pad else list(best)), float(es.result.fbest), history
 
@@ -475,7 +502,8 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         fixed: Mapping[str, float] | None = None, workers: int = 1, max_iters: int = 10, markers=None,
         use: Sequence[str] = ("position", "velocity", "effort", "finger", "object"),
         episode_paths: Sequence[str] | None = None, window_s: float | None = 1.5, latency_max_s: float = 0.06,
-        global_iterations: int = 20, check: Sequence[str] = ()) -> FitResult:
+        global_iterations: int = 20, check: Sequence[str] = (), backend: str = "process",
+        address: str | None = None) -> FitResult:
     """Fit `names` (real2sim.params names) to the episodes, with `fixed` values held (a
     previous fit's). The latency is estimated too unless `fixed` holds it.
 
@@ -485,8 +513,12 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
     `check`: parameters held at their priors but tested for identifiability at the optimum
     (link inertias, armature): the report lists them, flagged when the data cannot pin them
     down (fitting them anyway lands, confidently, wherever the start was)
-    `workers` > 1 runs CMA-ES generations on that many worker processes (which load the
-    episodes from `episode_paths`) and rollouts on that many threads."""
+    `workers` > 1 runs CMA-ES generations on that many of the trial runner's workers (a
+    TrialPool on `backend`, "process" or "ray" at `address`; they load the episodes from
+    `episode_paths`, without which generations run here) and rollouts here on that many
+    threads. Any number of workers gives the same fit, bit for bit."""
+    if backend == "ray" and episode_paths is None:
+        raise ValueError("backend 'ray' needs episode_paths: its workers load the episodes from them")
     wall0 = time.perf_counter()
     fixed = dict(fixed or {})
     names = [n for n in names if n != "latency_s" and n not in fixed]
@@ -495,14 +527,20 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
     evaluator = _evaluator_for(scene, episodes, tracks, names, use, workers, markers)
     rt = evaluator.rt
     nominal = {**rt.parameters.nominal(names), **fixed}
-    pool = None
-    if workers > 1 and episode_paths is not None:
-        import multiprocessing
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_init,
-                                   initargs=(scene, list(episode_paths), tracks, names, list(use), markers,
-                                             window_s or 1e9))
-    win = Evaluator(rt, [window(fd, window_s) for fd in evaluator.data] if window_s else evaluator.data, [], workers,
-                    use)
+    here = _FitState(evaluator, _windowed(evaluator, window_s, workers))
+    win = here.window
+    pool = job = None
+    if episode_paths is not None and (workers > 1 or backend == "ray"):
+        pool = TrialPool(workers, backend, address)  # started by the first generation, if any
+        job = _FitJob(uuid.uuid4().hex, scene, tuple(map(str, episode_paths)), tuple(map(tuple, tracks)),
+                      tuple(names), tuple(use), markers, window_s)
+
+    def costs(cand: _Candidates):
+        """A generation's costs in candidate order (CMA-ES pairs them with its points)."""
+        if pool is None:
+            return lambda xs: [_candidate_cost(here, (cand, x)) for x in xs]
+        return lambda xs: pool.map(_candidate_cost, [(cand, x) for x in xs], context=job)
+
     history: list[float] = []
     try:
         cost_nominal = evaluator.cost({**nominal, "latency_s": fixed.get("latency_s", 0.0)})
@@ -522,9 +560,8 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         cand = _Candidates(tuple(nominal.items()), tuple(keys), tuple(logs), tuple(units), windowed=True)
         span = np.array(upper) - np.array(lower)  # CMA-ES steps in each coordinate by a share of its range
         if global_iterations > 0:
-            best, _, hist = cma_search(lambda x: win.cost(cand.values(x)), x0, 0.15 * float(span.max()),
-                                       (lower, upper), pool, iterations=global_iterations, popsize=10, candidates=cand,
-                                       stds=list(span / span.max()))
+            best, _, hist = cma_search(costs(cand), x0, 0.15 * float(span.max()), (lower, upper),
+                                       iterations=global_iterations, popsize=10, stds=list(span / span.max()))
         else:  # no global search: least squares from the priors (a smooth problem, a good start)
             best, hist = x0, []
         history += hist
@@ -539,9 +576,9 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
             # 3. The latency alone near the offset, the model held; least squares again if it moved.
             lat = _Candidates(tuple({**base, **values}.items()), ("latency_s",), (False,), (1e-3,))
             before = evaluator.cost({**base, **values, "latency_s": offset})
-            best, best_cost, hist = cma_search(lambda x: evaluator.cost(lat.values(x)), [offset * 1e3],
-                                               CMA_SIGMA_S * 1e3, ([max(0.0, offset * 1e3 - 2.0)], [offset * 1e3 + 2.0]),
-                                               pool, iterations=6, popsize=6, candidates=lat)
+            best, best_cost, hist = cma_search(costs(lat), [offset * 1e3], CMA_SIGMA_S * 1e3,
+                                               ([max(0.0, offset * 1e3 - 2.0)], [offset * 1e3 + 2.0]),
+                                               iterations=6, popsize=6)
             history += hist
             pooled += 6 * len(hist) if pool is not None else 0
             if best_cost < before * (1 - 1e-3):
@@ -596,10 +633,8 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
                          fixed=base)
     finally:
         if pool is not None:
-            pool.shutdown()
-        if win is not evaluator:
-            win.close()
-        evaluator.close()
+            pool.close()
+        here.close()
 
 
 __all__ = ["fit", "FitResult", "FittedParameter", "ObjectTrack", "estimate_offset", "Evaluator", "prepare",
