@@ -61,7 +61,7 @@ def test_unit_cube_maps_to_values_and_back():
     colour = space.factor("block_colour")
     assert [space.factor("block_colour").from_unit(u) for u in (0.0, 0.17, 0.5, 0.99, 1.0)] == [0, 1, 3, 5, 5]
     assert colour.levels == 6 and space.factor("distractors").levels == 4
-    with pytest.raises(ValueError, match="has 26 coordinates"):
+    with pytest.raises(ValueError, match="has 27 coordinates"):
         space.from_unit([0.5, 0.5])
 
 

@@ -1,15 +1,22 @@
-"""`r2s2r record`, `r2s2r reconstruct` and `r2s2r align`.
+"""`r2s2r record`, `r2s2r reconstruct`, `r2s2r align` and `r2s2r variants`.
 
     r2s2r record --stack config/stacks/franka_sim.yaml --out episode.mcap [--cameras scene] [--duration 10]
     r2s2r reconstruct episode.mcap --extrinsics cams.yaml [--objects known.yaml] --out scene.yaml
     r2s2r align episode.mcap (--scene scene.yaml | --extrinsics cams.yaml) [--objects known.yaml]
-                [--fit] [--excitation other.mcap] [--workers 2] --out report_dir
+                [--fit] [--excitation other.mcap] [--workers 2 [--backend ray --address A]] --out report_dir
+    r2s2r variants (SCENE.yaml | TASK) --out POOL_DIR [--factors geometry,pose_x,...] [--no-grasp]
 
 `align --fit` identifies the arm on `--excitation` (default the episode itself), then the
 tracked objects' mass and friction on the episode with the arm held, and writes into --out:
 fitted_scene.yaml (the scene with the objects' fitted mass and friction; its `dynamics` note
 names the file below), robot_dynamics.yaml (per-joint kp, kv, damping, armature, friction
 loss and the command latency) and the before/after report (alignment.html, alignment.json).
+
+`variants` validates a scene (a scene YAML, or a task's: its name or task YAML), generates its
+one-factor variants (real2sim.variants), re-validates each and writes the kept ones into
+POOL_DIR: one scene YAML each, base.yaml and the index pool.yaml (factor, target, value and
+file of each kept variant; the rejected ones with the checks they failed). A perturbation
+space's `kind: variant` factor draws trials' scenes from that pool.yaml.
 """
 
 from __future__ import annotations
@@ -169,14 +176,16 @@ def _align(args) -> int:
         arm_path = args.excitation or args.episode
         arm_episode = load_episode(arm_path) if args.excitation else episode
         check = [f"{g}.{k}" for g in episode.robot.group_names for k in ("armature_scale", "inertia_scale")]
-        arm_fit = fit(scene, [arm_episode], arm_names, workers=args.workers, episode_paths=[arm_path],
-                      use=("position", "velocity", "effort"), markers=markers or None, check=check)
+        arm_fit = fit(scene, [arm_episode], arm_names, workers=args.workers, backend=args.backend,
+                      address=args.address, episode_paths=[arm_path], use=("position", "velocity", "effort"),
+                      markers=markers or None, check=check)
         fitted = arm_fit
         values = arm_fit.values
         moved = [t.name for t in tracks if _handled(t, episode)]
         if moved:
             object_names = [f"{n}.{k}" for n in moved for k in ("mass", "friction")]
             object_fit = fit(scene, [episode], object_names, tracks=[tracks], fixed=values, workers=args.workers,
+                             backend=args.backend, address=args.address,
                              episode_paths=[args.episode], window_s=None, markers=markers or None,
                              global_iterations=0)
             values = object_fit.values
@@ -192,8 +201,49 @@ def _align(args) -> int:
     return 0
 
 
+def _shown(path) -> str:
+    """A path as a person (and a committed file) names it: relative to here when it is below."""
+    import os
+    full = Path(path).resolve()
+    return os.path.relpath(full) if full.is_relative_to(Path.cwd()) else str(full)
+
+
+def _variant_source(arg: str):
+    """(scene, what it is) of `r2s2r variants`' argument: a scene YAML, or a task (name or YAML)."""
+    from r2s2r import paths
+    from r2s2r.sim.scene import parse_scene
+    path = paths.resolve(arg)
+    if not path.is_file() and not arg.endswith((".yaml", ".yml")):
+        from r2s2r.eval.tasks import load_task, task_names
+        if arg not in task_names():
+            raise ConfigError("command line", "SCENE", "a scene YAML, or a task name or YAML ("
+                              + ", ".join(task_names()) + ")", arg)
+        task = load_task(arg)
+        return task.base_scene, f"task {task.name} ({_shown(task.source)})"
+    data = load_yaml(path)  # a missing file or bad YAML: an error naming it
+    if "logic" in data and "scene" in data:  # a task file
+        from r2s2r.eval.tasks import load_task
+        task = load_task(path)
+        return task.base_scene, f"task {task.name} ({_shown(task.source)})"
+    return parse_scene(data, str(path)), _shown(path)
+
+
+def _variants(args) -> int:
+    from r2s2r.real2sim.variants import FACTORS, write_pool
+    factors = [f for f in (args.factors or "").split(",") if f] or None
+    for factor in factors or ():
+        if factor not in FACTORS:
+            raise ConfigError("command line", "--factors", "variant factors among " + ", ".join(FACTORS), factor)
+    scene, origin = _variant_source(args.scene)
+    pool, kept, rejected = write_pool(scene, args.out, factors, grasp=not args.no_grasp, source=origin)
+    print(f"wrote {pool}: {len(kept)} variants of {origin} kept, {len(rejected)} rejected"
+          + "".join(f"\n  rejected {r['factor']}{' of ' + r['target'] if r['target'] else ''} {r['value']:g}: "
+                    f"{r['why']}" for r in rejected))
+    return 0
+
+
 def add_real2sim_parsers(sub) -> None:
-    """Register `record`, `reconstruct` and `align` on the r2s2r command's subparsers."""
+    """Register `record`, `reconstruct`, `align` and `variants` on the r2s2r command's subparsers."""
     record = sub.add_parser("record", help="record a robot's episode into an MCAP ROS 2 bag")
     record.add_argument("--stack", required=True, help="the stack whose robot is recorded (its driver's topics)")
     record.add_argument("--out", required=True, help="the bag to write (EPISODE.mcap)")
@@ -219,8 +269,18 @@ def add_real2sim_parsers(sub) -> None:
     al.add_argument("--fit", action="store_true", help="fit the twin's parameters and write them")
     al.add_argument("--excitation", help="an episode of free arm motion to identify the arm on")
     al.add_argument("--workers", type=int, default=1)
+    al.add_argument("--backend", choices=("process", "ray"), default="process",
+                    help="where the fit's CMA-ES generations run: local processes or Ray actors")
+    al.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray)")
     al.add_argument("--out", default="alignment", help="folder for the report and the fitted files")
     al.set_defaults(func=_align)
+
+    va = sub.add_parser("variants", help="a pool of validated one-factor variants of a scene, for perturbation spaces")
+    va.add_argument("scene", help="a scene YAML, or a task (name or YAML) whose scene is varied")
+    va.add_argument("--out", required=True, help="the pool's folder (pool.yaml, base.yaml, one YAML per variant)")
+    va.add_argument("--factors", default=None, help="comma-separated variant factors (default: all of them)")
+    va.add_argument("--no-grasp", action="store_true", help="skip the grasp and release checks")
+    va.set_defaults(func=_variants)
 
 
 __all__ = ["add_real2sim_parsers", "write_fitted"]

@@ -40,8 +40,27 @@ Kinds, their units and the value that changes nothing (the nominal, unless `nomi
 | distractors | - | how many of the factor's `objects:` are added (integer) | 0 |
 | actuator_gain | - | scale of every arm actuator's stiffness and damping | 1 |
 | command_latency | - | delay of every command, s | 0 |
+| variant | - | which scene of the factor's `pool:` the trial starts from: 0 is the task's own scene, k the pool's variant k (integer) | 0 |
 
 * `nominal:` may pick another index; the nominal choice must be the scene's own colour.
+
+A `variant` factor draws the trial's base scene from a pool of validated real-to-sim variants
+(`r2s2r variants`, real2sim.variants: one factor of the task's scene changed at a time and
+carried through to what depends on it, each re-validated):
+
+      - {name: scene_variant, kind: variant, pool: ../variants/franka_block_in_bowl/pool.yaml}
+
+`pool:` is relative to the perturbation file. Value k > 0 replaces the task's scene by the
+pool's variant k (`index: k` in pool.yaml) before the other factors apply, so they act on the
+variant (a block_x offset moves the variant's block, a factor at its nominal value leaves the
+variant's own value: a material variant keeps its friction unless block_friction is set to
+another one); value 0, the nominal, is "no variant", the task's scene itself, so a trial that
+leaves the factor out is the trial it was before the factor existed. It is a discrete factor
+(pool size + 1 levels) like the counts and choices. Loading checks the pool: it must be of
+this scene (its `base:` scene equal to the task's, its variants of the same robot, each with
+every object, fixture, camera and light the task's scene has, none named like one of the
+space's distractors); a missing or foreign pool is an error naming the file and what was
+expected. Only one variant factor per space.
 
 Scene factors are applied by `apply(scene, values)`; run-time ones (joint offsets, gains,
 latency) come out of `runtime(values)` and are applied by `apply_runtime(twin, settings)` and
@@ -63,7 +82,7 @@ from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.robots import CameraSpec, get_robot
 from r2s2r.robots.model import look_at_quat
-from r2s2r.sim.scene import ObjectSpec, Scene, parse_object
+from r2s2r.sim.scene import ObjectSpec, Scene, load_scene, parse_object
 
 COLOURS = {
     "red": (0.85, 0.15, 0.12, 1.0), "green": (0.2, 0.7, 0.25, 1.0), "blue": (0.15, 0.3, 0.85, 1.0),
@@ -73,7 +92,8 @@ COLOURS = {
 }
 
 # kind -> (what its target names, how its value acts: an offset, a scale, a value, a choice, a count)
-_OFFSET, _SCALE, _ABSOLUTE, _CHOICE, _COUNT = "offset", "scale", "absolute", "choice", "count"
+_OFFSET, _SCALE, _ABSOLUTE, _CHOICE, _COUNT, _VARIANT = "offset", "scale", "absolute", "choice", "count", "variant"
+NO_VARIANT = 0.0  # a variant factor's nominal: the task's own scene
 KINDS: dict[str, tuple[str | None, str]] = {
     "object_x": ("object", _OFFSET), "object_y": ("object", _OFFSET), "object_yaw": ("object", _OFFSET),
     "object_scale": ("object", _SCALE), "object_mass_scale": ("object", _SCALE),
@@ -86,8 +106,24 @@ KINDS: dict[str, tuple[str | None, str]] = {
     "camera_roll": ("camera", _OFFSET), "camera_pitch": ("camera", _OFFSET), "camera_yaw": ("camera", _OFFSET),
     "light_intensity": ("light", _SCALE), "light_tilt": ("light", _OFFSET), "light_azimuth": ("light", _OFFSET),
     "distractors": (None, _COUNT), "actuator_gain": (None, _SCALE), "command_latency": (None, _OFFSET),
+    "variant": (None, _VARIANT),
 }
 RUNTIME_KINDS = ("joint_offset", "actuator_gain", "command_latency")
+
+
+@dataclass(frozen=True)
+class PoolVariant:
+    """One scene of a variant pool (pool.yaml): what `r2s2r variants` changed, and the scene."""
+
+    index: int  # the variant factor's value that picks it (1, 2, ...)
+    factor: str  # real2sim.variants factor: geometry, pose_x, support_height, material, ...
+    target: str | None
+    value: float
+    scene: Scene
+
+    @property
+    def label(self) -> str:
+        return f"{self.factor}{' of ' + self.target if self.target else ''} {self.value:g}"
 
 
 @dataclass(frozen=True)
@@ -101,10 +137,11 @@ class Factor:
     log: bool = False
     choices: tuple[tuple[float, ...], ...] = ()  # choice factors: the values an index picks
     objects: tuple[ObjectSpec, ...] = ()  # distractors: the objects a count adds, in order
+    pool: tuple[PoolVariant, ...] = ()  # variant: the scenes values 1, 2, ... pick
 
     @property
     def discrete(self) -> bool:
-        return bool(self.choices) or self.kind == "distractors"
+        return bool(self.choices) or self.kind in ("distractors", "variant")
 
     @property
     def levels(self) -> int:
@@ -213,20 +250,28 @@ class PerturbationSpace:
                 else f.nominal for f in self.factors}
 
     def describe(self, values: Mapping[str, float]) -> dict[str, Any]:
-        """Values as a person reads them: choice factors as their RGBA, counts as integers."""
+        """Values as a person reads them: choice factors as their RGBA, counts as integers, a
+        variant as what it changed (`geometry of block 0.8`, or `none` for the task's scene)."""
         out = {}
         for name, value in self.complete(values).items():
             f = self._by_name[name]
-            out[name] = list(f.choices[int(value)]) if f.choices else (int(value) if f.discrete else value)
+            if f.kind == "variant":
+                out[name] = f.pool[int(value) - 1].label if value != NO_VARIANT else "none"
+            else:
+                out[name] = list(f.choices[int(value)]) if f.choices else (int(value) if f.discrete else value)
         return out
 
     # -- applying it ----------------------------------------------------------------------------
     def apply(self, scene: Scene, values: Mapping[str, float] | None) -> Scene:
         """The scene with every given factor that changes the scene applied; factors at their
-        nominal value change nothing, so apply(scene, nominal()) == scene."""
+        nominal value change nothing, so apply(scene, nominal()) == scene. A variant factor's
+        value k > 0 first replaces `scene` by the pool's variant k; the others apply to that."""
         values = self.complete(values)
+        for f in self.factors:
+            if f.kind == "variant" and values[f.name] != NO_VARIANT:
+                scene = f.pool[int(values[f.name]) - 1].scene
         changed = {(f.kind, f.target): (f, values[f.name]) for f in self.factors
-                   if f.kind not in RUNTIME_KINDS and values[f.name] != _identity(f)}
+                   if f.kind not in RUNTIME_KINDS and f.kind != "variant" and values[f.name] != _identity(f)}
         return _apply(scene, changed) if changed else scene
 
     def runtime(self, values: Mapping[str, float] | None) -> dict:
@@ -247,7 +292,7 @@ class PerturbationSpace:
 def _identity(f: Factor) -> float:
     """The value at which a factor leaves the scene as it is."""
     kind = KINDS[f.kind][1]
-    if kind == _OFFSET or kind == _COUNT:
+    if kind == _OFFSET or kind == _COUNT or kind == _VARIANT:
         return 0.0
     if kind == _SCALE:
         return 1.0
@@ -374,17 +419,121 @@ def _scene_colour(kind: str, target: str | None, scene: Scene) -> tuple[float, .
     return scene.table.rgba
 
 
+def _differences(a: Any, b: Any, where: str = "") -> str | None:
+    """Where two scenes (or parts of them) differ beyond the 1e-6 that a scene file's rounding
+    leaves, ignoring where they were read from (`source`); None where they agree."""
+    if hasattr(a, "__dataclass_fields__") and type(a) is type(b):
+        for name in a.__dataclass_fields__:
+            if name != "source":
+                found = _differences(getattr(a, name), getattr(b, name), f"{where}.{name}" if where else name)
+                if found:
+                    return found
+        return None
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} entries, not {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _differences(x, y, f"{where}[{getattr(x, 'name', i)}]")
+            if found:
+                return found
+        return None
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return f"{where}: keys {sorted(a)}, not {sorted(b)}"
+        return next((d for d in (_differences(a[k], b[k], f"{where}.{k}") for k in a) if d), None)
+    if isinstance(a, (float, int, np.ndarray)) and not isinstance(a, bool) and isinstance(b, (float, int, np.ndarray)):
+        return None if np.allclose(a, b, rtol=0.0, atol=1e-6) else f"{where}: {a!r}, not {b!r}"
+    return None if a == b else f"{where}: {a!r}, not {b!r}"
+
+
+def _names(scene: Scene) -> set[str]:
+    """What a factor can target in a scene: its objects, fixtures, cameras and lights."""
+    return ({o.name for o in scene.objects} | {f.name for f in scene.fixtures} | {c.name for c in scene.all_cameras()}
+            | {lt.name for lt in scene.lights})
+
+
+_READ: dict[str, tuple[tuple[int, int], Any]] = {}  # a pool's files as read, by path, while unchanged
+
+
+def _read_once(path: Path, read):
+    """read(path), reused while the file is unchanged: every task load reads its pool (a few
+    dozen YAML files, most of a load's time); scenes are immutable, a pool's mapping only read."""
+    st = path.stat()
+    key, stamp = str(path.resolve()), (st.st_mtime_ns, st.st_size)
+    hit = _READ.get(key)
+    if hit is None or hit[0] != stamp:
+        hit = _READ[key] = (stamp, read(path))
+    return hit[1]
+
+
+def _read_pool(sec: Section, scene: Scene) -> tuple[PoolVariant, ...]:
+    """The variants of a pool.yaml (`r2s2r variants`), checked to be variants of `scene`."""
+    where = sec.string("pool")
+    path = Path(where) if Path(where).is_absolute() else Path(str(sec.source)).parent / where
+    if not path.is_file():
+        raise sec.error("pool", "a variant pool (the pool.yaml `r2s2r variants` writes), relative to this file",
+                        f"{path} (no such file)")
+    top = Section(_read_once(path, load_yaml), str(path))
+    top.reject_unknown({"robot", "base", "source", "factors", "variants", "rejected"})
+    robot = top.string("robot")
+    if robot != scene.robot:
+        raise top.error("robot", f"variants of the task's scene, whose robot is {scene.robot}", robot)
+    base = _scene_file(top, "base", path.parent)
+    differs = _differences(base, scene)
+    if differs:
+        raise top.error("base", f"variants of the task's scene ({scene.source}); regenerate the pool from it "
+                                "with `r2s2r variants`", f"variants of another scene ({differs})")
+    pool = []
+    for v in top.sections("variants"):
+        v.reject_unknown({"index", "factor", "target", "value", "file"})
+        index = v.integer("index")
+        if index != len(pool) + 1:
+            raise v.error("index", f"{len(pool) + 1} (variants numbered 1, 2, ... in order)", index)
+        variant = _scene_file(v, "file", path.parent)
+        if variant.robot != scene.robot:
+            raise v.error("file", f"a variant of the task's scene, whose robot is {scene.robot}",
+                          f"{variant.source}, a scene of {variant.robot}")
+        missing = sorted(_names(scene) - _names(variant))
+        if missing:
+            raise v.error("file", "a variant with every object, fixture, camera and light of the task's scene",
+                          f"{variant.source}, which lacks {', '.join(missing)}")
+        target = v.raw("target", None)
+        if target is not None and not isinstance(target, str):
+            raise v.error("target", "the name of what the variant changed, or null", target)
+        pool.append(PoolVariant(index, v.string("factor"), target, v.number("value"), variant))
+    if not pool:
+        raise top.error("variants", "at least one variant (every one was rejected?)", [])
+    return tuple(pool)
+
+
+def _scene_file(sec: Section, key: str, folder: Path) -> Scene:
+    path = folder / sec.string(key)
+    if not path.is_file():
+        raise sec.error(key, "a scene file of the pool (relative to pool.yaml)", f"{path} (no such file)")
+    return _read_once(path, load_scene)
+
+
+def _new_name(sec: Section, taken: set[str]) -> str:
+    name = sec.string("name")
+    if name in taken:
+        raise sec.error("name", "a factor name not used before in this space", name)
+    return name
+
+
 def _factor(sec: Section, scene: Scene, taken: set[str]) -> Factor:
     kind = sec.string("kind", choices=tuple(KINDS))
     target_type, value_type = KINDS[kind]
+    if value_type == _VARIANT:  # no target, no range: the pool's size; the nominal is always the task's scene
+        sec.reject_unknown({"name", "kind", "pool", "description"})
+        name = _new_name(sec, taken)
+        pool = _read_pool(sec, scene)
+        return Factor(name, kind, None, NO_VARIANT, float(len(pool)), NO_VARIANT, pool=pool)
     keys = {"name", "kind", "target", "nominal", "description"}
     keys |= {"choices"} if value_type == _CHOICE else {"range", "log"}
     if kind == "distractors":
         keys |= {"objects"}
     sec.reject_unknown(keys)
-    name = sec.string("name")
-    if name in taken:
-        raise sec.error("name", "a factor name not used before in this space", name)
+    name = _new_name(sec, taken)
     target = None
     if target_type is not None:
         known = _targets(scene)[target_type]
@@ -452,6 +601,20 @@ def _envelope(sec: Section, factors: Sequence[Factor]) -> dict[str, tuple[float,
     return ranges
 
 
+def _check_variants(top: Section, factors: Sequence[Factor]) -> None:
+    """The other factors act on every variant too: the distractors they add must not take a
+    name a variant already has (a variant's own distractors)."""
+    variant = next((i for i, f in enumerate(factors) if f.kind == "variant"), None)
+    if variant is None:
+        return
+    for i, f in enumerate(factors):
+        for v in factors[variant].pool:
+            clash = sorted({o.name for o in f.objects} & _names(v.scene))
+            if clash:
+                raise top.error(f"factors[{i}].objects", f"names no variant of factors[{variant}]'s pool has "
+                                f"(variant {v.index}, {v.scene.source}, has {', '.join(clash)})", clash)
+
+
 def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> PerturbationSpace:
     top = Section(data, source)
     top.reject_unknown({"factors", "envelopes", "description", "task"})
@@ -463,6 +626,7 @@ def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> Pe
             raise sec.error("kind", f"a kind and target no other factor has ({twin.name} is {factor.kind} of "
                                     f"{factor.target or 'the scene'})", factor.kind)
         factors.append(factor)
+    _check_variants(top, factors)
     envelopes_sec = top.section("envelopes", {})
     envelopes = {str(name): _envelope(envelopes_sec.section(name), factors) for name in envelopes_sec.data}
     return PerturbationSpace(tuple(factors), scene, source, envelopes)
@@ -524,5 +688,5 @@ class CommandDelay:
         self._queue.clear()
 
 
-__all__ = ["PerturbationSpace", "Factor", "KINDS", "RUNTIME_KINDS", "COLOURS", "parse_space", "load_space",
+__all__ = ["PerturbationSpace", "Factor", "PoolVariant", "NO_VARIANT", "KINDS", "RUNTIME_KINDS", "COLOURS", "parse_space", "load_space",
            "apply_runtime", "CommandDelay"]
