@@ -82,6 +82,8 @@ PERTURBATIONS = {
                                                                                         "green", "blue"]},
         {"name": "light", "kind": "light_intensity", "target": "key", "range": [0.5, 1.2]},
     ],
+    # Narrower than the space on both sides of too_near's boundary (block_x = NEAR_X - 0.45).
+    "envelopes": {"inner": {"block_x": [-0.12, 0.1], "block_y": [-0.1, 0.1]}},
 }
 
 

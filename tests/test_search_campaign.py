@@ -14,6 +14,7 @@ from r2s2r.eval.report import write_report
 from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
 from r2s2r.search.campaign import run_search
+from r2s2r.search.refine import pair_with_successes
 from tests.eval_helpers import HOLD, NEAR_X, NOMINAL_XY, synthetic_task
 
 CEM = {"warmup": 10}  # adaptive after the first batch, so a short search exercises it
@@ -64,6 +65,19 @@ def test_a_resumed_search_proposes_the_same_trials_and_reruns_none(searched, tas
         assert store.count() == 40 + len(resumed.refined)
 
 
+def test_a_search_within_an_envelope_states_its_clusters_within_the_envelope(task_file, tmp_path):
+    task = load_task(task_file)
+    with TrialStore(tmp_path / "inner.sqlite") as store:
+        search = run_search(task, HOLD, budget=30, sampler="uniform", batch=10, store=store, refine_steps=0,
+                            progress=False, task_ref=task_file, envelope="inner")
+    assert search.space.factor("block_x").low == -0.12 and search.space.factor("light").high == 1.2
+    near = max((c for c in search.atlas.clusters if c.stage == "too_near"), key=lambda c: c.size)
+    (x,) = [c for c in near.conditions if c.factor == "block_x"]
+    # The region reaches the envelope's edge, not the whole space's (-0.15), where no trial went.
+    assert x.low == pytest.approx(-0.12) and x.high == pytest.approx(NEAR_X - NOMINAL_XY[0], abs=0.03)
+    assert min(r.perturbation["block_x"] for r in search.results) >= -0.12
+
+
 def test_the_atlas_finds_the_known_failure_regions(searched):
     task, _, search, _ = searched
     stages = {r.stage for r in search.results}
@@ -72,12 +86,16 @@ def test_the_atlas_finds_the_known_failure_regions(searched):
     bounds = {c.factor: (c.low, c.high) for c in near.conditions}
     assert set(bounds) == {"block_x"}, near.describe()  # colour and light never matter
     assert bounds["block_x"][1] == pytest.approx(NEAR_X - NOMINAL_XY[0], abs=0.03)
-    # Refinement brought each cluster's boundary in: its near-miss barely succeeds.
+    # Refinement brought each cluster's boundary in: 3 bisections cut each pair to an eighth of
+    # where it started, and its near-miss is no farther from failing than the success it began at.
     assert search.boundaries and all(b.steps == 3 for b in search.boundaries)
-    for b in search.boundaries:
+    started = pair_with_successes(search.atlas, search.results, search.units)
+    assert [b.cluster for b in started] == [b.cluster for b in search.boundaries]
+    for b, start in zip(search.boundaries, started):
         assert b.success_margin > 0 >= b.failure_margin
-    closest = min(b.success_margin for b in search.boundaries)
-    assert closest < min(r.margin for r in search.results if r.success)
+        assert b.width == pytest.approx(start.width / 8)
+        assert b.success_margin <= start.success_margin
+    assert any(b.success_margin < start.success_margin for b, start in zip(search.boundaries, started))
 
 
 def test_the_report_has_the_plots_the_atlas_and_summary_json(searched, tmp_path):

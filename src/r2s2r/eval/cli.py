@@ -122,7 +122,7 @@ def _search(args) -> int:
                 "seed": args.seed, "budget": args.budget, "store": str(store_path)}
         if args.envelope:
             meta["envelope"] = args.envelope
-        report = write_report(out, search.results, task.perturbations, meta, search.atlas, search.boundaries,
+        report = write_report(out, search.results, search.space, meta, search.atlas, search.boundaries,
                               store_path=store_path, camera=args.camera, images=not args.no_images,
                               refined=search.refined)
     failures = sum(not r.success for r in search.results)

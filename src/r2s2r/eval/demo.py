@@ -29,7 +29,7 @@ def run_search_demo(out_dir: str | Path, budget: int = BUDGET, workers: int = 2,
                             refine_steps=3, progress=progress)
         meta = {"task": TASK, "policy": task.expert, "sampler": "cem", "campaign": search.campaign, "seed": 0,
                 "budget": budget, "store": str(store_path)}
-        return write_report(out, search.results, task.perturbations, meta, search.atlas, search.boundaries,
+        return write_report(out, search.results, search.space, meta, search.atlas, search.boundaries,
                             store_path=store_path, refined=search.refined)
 
 

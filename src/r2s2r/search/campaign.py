@@ -63,6 +63,7 @@ class SearchOutcome:
     refined: list[TrialResult]  # the bisection trials
     atlas: Atlas
     boundaries: list[Boundary]
+    space: object = None  # the PerturbationSpace searched: the task's, or its envelope's (narrower ranges)
     units: dict[str, np.ndarray] = field(default_factory=dict)  # trial id -> its unit point
     report: Path | None = None
 
@@ -114,7 +115,8 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
             proposer.tell(points, [r.margin for r in batch_results], [r.stage for r in batch_results])
             results += batch_results
 
-        atlas = build_atlas(results, task.perturbations, space.names, min_size=min_cluster)
+        # Over the searched space: an envelope's clusters are stated within the envelope's ranges.
+        atlas = build_atlas(results, space.space, space.names, min_size=min_cluster)
         pairs = pair_with_successes(atlas, results, units)
         bar.total += len(pairs) * refine_steps
         bar.set_description_str("search: refining boundaries")
@@ -129,7 +131,7 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
     finally:
         pool.close()
         bar.close()
-    return SearchOutcome(name, Path(store.path), config, results, refined, atlas, boundaries, units)
+    return SearchOutcome(name, Path(store.path), config, results, refined, atlas, boundaries, space.space, units)
 
 
 __all__ = ["SearchSpace", "SearchOutcome", "run_search", "campaign_name"]
