@@ -262,6 +262,8 @@ class Rby1Hardware(Hardware):
         robot = self._session()
         resume = self._resume_after_reset or self.state is Lifecycle.ACTIVE
         try:
+            # Asked, not the state callback's copy: the stream's end can be seen before the fault.
+            self._control_manager = robot.get_control_manager_state()
             if self._faulted():
                 if not robot.reset_fault_control_manager():
                     raise HardwareError("rby1: reset_fault_control_manager() failed; see the robot's fault log")
