@@ -274,12 +274,3 @@ class CameraListener:
         self.executor.shutdown(timeout_sec=1.0)
         self.node.destroy_node()
         self.thread.join(timeout=2.0)
-
-
-def wait_for(predicate, timeout: float, poll: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll)
-    return predicate()

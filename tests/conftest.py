@@ -18,6 +18,8 @@ if "R2S2R_TEST_DOMAIN" not in os.environ:
     os.environ["R2S2R_TEST_DOMAIN"] = str(1 + os.getpid() % 200)
 os.environ["ROS_DOMAIN_ID"] = os.environ["R2S2R_TEST_DOMAIN"]
 sys.path.insert(0, str(REPO))  # tests.emulators
+# Assertions in shared helpers report their values on failure, as they did in the tests they came from.
+pytest.register_assert_rewrite("tests.backend_helpers", "tests.kinematics")
 
 from tests.ros_helpers import StackProcess  # noqa: E402
 

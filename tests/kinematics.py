@@ -1,9 +1,11 @@
 """Independent forward kinematics for the tests: Denavit-Hartenberg tables evaluated with
-numpy only, never through MuJoCo or the URDF, so a model error cannot hide in both."""
+numpy only, never through MuJoCo or the URDF, so a model error cannot hide in both; and the
+comparison of a robot's joint limits with its datasheet."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 
 def rot_x(a):
@@ -100,3 +102,14 @@ def tcp_offset(twin, flange: str, tcp: str) -> np.ndarray:
     mujoco.mj_kinematics(twin.model, twin.data)
     f, t = twin.data.site(flange), twin.data.site(tcp)
     return f.xmat.reshape(3, 3).T @ (t.xpos - f.xpos)
+
+
+def check_limits_against_datasheet(robot, q_min, q_max, dq_max, ddq_max, tau_max) -> None:
+    """`robot`'s joint limits are its datasheet's: positions and speeds (published in degrees)
+    to 1e-12 rad, accelerations and efforts exactly as published."""
+    limits = robot.limits
+    assert limits.lower == pytest.approx(q_min, abs=1e-12)
+    assert limits.upper == pytest.approx(q_max, abs=1e-12)
+    assert limits.velocity == pytest.approx(dq_max, abs=1e-12)
+    assert limits.acceleration.tolist() == ddq_max
+    assert limits.effort.tolist() == tau_max

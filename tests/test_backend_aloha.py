@@ -8,7 +8,6 @@ ControlLoop, paced by the host clock. Settings and SDK-missing checks need neith
 """
 
 import math
-import subprocess
 import sys
 import time
 
@@ -18,8 +17,8 @@ import pytest
 from r2s2r.hardware.aloha import AlohaHardware, AlohaSettings
 from r2s2r.hardware.backends import load_backend
 from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
-from r2s2r.hardware.loop import ControlLoop
 from r2s2r.robots import get_robot
+from tests.backend_helpers import active_loop, arrived, check_imports_without, stream
 
 ROBOT = get_robot("aloha")
 HOME = ROBOT.home_positions  # ALOHA's start pose, both arms
@@ -89,33 +88,6 @@ def backend():
         hw.disconnect()
 
 
-def active_loop(hw):
-    hw.connect()
-    hw.activate()
-    return ControlLoop(hw)
-
-
-def stream(hw, loop, target, seconds, until=None, read_by=None):
-    """Stream `target` (both arms) every cycle for up to `seconds`, at the control rate; returns
-    the samples read. Stops early once `until(sample)` holds. `read_by` collects, per sample, a
-    time by which its read had certainly finished (each sample's stamp is when its read began)."""
-    samples = []
-    next_cycle = end = time.monotonic()
-    end += seconds
-    while time.monotonic() < end:
-        loop.controller.command_positions("left_arm", target[LEFT], hw.now)
-        loop.controller.command_positions("right_arm", target[RIGHT], hw.now)
-        loop.cycle()
-        samples.append(loop.last_sample)
-        if read_by is not None:
-            read_by.append(hw.now)
-        if until is not None and until(loop.last_sample):
-            break
-        next_cycle += loop.dt
-        time.sleep(max(0.0, next_cycle - time.monotonic()))
-    return samples
-
-
 def arms_of(sample):
     return sample.position[:ARM]
 
@@ -124,8 +96,9 @@ def fingers_of(sample):
     return sample.position[ARM:]
 
 
-def until_at(target, tol=1.5 * RAD_PER_TICK):
-    return lambda sample: np.max(np.abs(arms_of(sample) - target)) < tol
+def until_at(target):
+    """Arrived: every arm joint within a tick and a half of `target`."""
+    return arrived(target, 1.5 * RAD_PER_TICK)
 
 
 def emulated_arm(bus):
@@ -190,9 +163,7 @@ def test_missing_sdk_names_the_package(monkeypatch):
 
 
 def test_the_backend_imports_without_loading_the_sdk():
-    code = ("import sys, r2s2r.hardware.aloha; "
-            "assert 'dynamixel_sdk' not in sys.modules and 'serial' not in sys.modules, 'SDK imported eagerly'")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    check_imports_without("r2s2r.hardware.aloha", "dynamixel_sdk", "serial")
 
 
 # ----- through the real SDK against the emulated buses --------------------------------------------
@@ -244,8 +215,8 @@ def test_streamed_setpoints_reach_the_target_at_bounded_speed(buses, backend):
     loop = active_loop(hw)
     start = arms_of(loop.last_sample).copy()
     target = start + np.array([0.6, 0.3, -0.2, 0.0, 0.4, -0.5, -0.5, 0.0, 0.3, 1.6, 0.0, 0.2])
-    read_by = []
-    samples = stream(hw, loop, target, 3.0, until=until_at(target), read_by=read_by)
+    read_by = []  # per sample, a time by which its read had certainly finished (its stamp is when the read began)
+    samples = stream(loop, 3.0, target, until=until_at(target), each_cycle=lambda: read_by.append(hw.now))
 
     assert until_at(target)(samples[-1]), f"stopped at {arms_of(samples[-1])}, target {target}"
     assert emulated_arm(left) == pytest.approx(target[LEFT], abs=RAD_PER_TICK)
@@ -282,7 +253,7 @@ def test_gripper_moves_squeezes_and_gets_each_goal_once(buses, backend):
 
     def move(opening, seconds=2.0, until=None):
         loop.controller.command_gripper("left_gripper", [opening], hw.now)
-        return stream(hw, loop, arms_of(loop.last_sample), seconds, until=until)
+        return stream(loop, seconds, arms_of(loop.last_sample), until=until)
 
     move(OPEN, until=lambda s: abs(fingers_of(s)[:2].sum() - OPEN) < 1e-4)
     assert gripper.goal_position == ticks(1.4910)  # ALOHA's open angle
@@ -309,11 +280,11 @@ def test_link_loss_on_stop_is_reported_within_100ms_and_restart_reconnects(buses
     hw = backend(left, right)
     loop = active_loop(hw)
     target = HOME + np.array([1.2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
-    stream(hw, loop, target, 0.25)
+    stream(loop, 0.25, target)
     left.stop()  # the left U2D2 vanishes
     lost_at = time.monotonic()
     with pytest.raises(LinkLost, match="left arm.*serial port is gone"):
-        stream(hw, loop, target, 1.0)
+        stream(loop, 1.0, target)
     assert time.monotonic() - lost_at < 0.1
     assert hw.state is Lifecycle.ERROR and "link_lost" in hw.describe()
     with pytest.raises(LinkLost, match="connect"):  # stays lost until connect()
@@ -327,7 +298,7 @@ def test_link_loss_on_stop_is_reported_within_100ms_and_restart_reconnects(buses
     assert arms_of(hw.read())[LEFT] == pytest.approx(emulated_arm(left), abs=RAD_PER_TICK)
     hw.activate()
     loop.hold_here()  # as the driver does after a reconnect
-    assert until_at(target)(stream(hw, loop, target, 3.0, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
 
 def test_link_loss_on_unplug_is_reported_within_100ms_and_replug_reconnects(buses, backend):
@@ -335,11 +306,11 @@ def test_link_loss_on_unplug_is_reported_within_100ms_and_replug_reconnects(buse
     hw = backend(left, right, **DEFAULT_WINDOW)
     loop = active_loop(hw)
     target = HOME + np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.2])
-    stream(hw, loop, target, 0.25)
+    stream(loop, 0.25, target)
     right.unplug()  # the cable between the right U2D2 and its servos is pulled
     lost_at = time.monotonic()
     with pytest.raises(LinkLost, match="right arm.*did not answer the state read"):
-        stream(hw, loop, target, 1.0)
+        stream(loop, 1.0, target)
     elapsed = time.monotonic() - lost_at
     assert elapsed < 0.1, f"LinkLost after {elapsed * 1000:.0f} ms"
     with pytest.raises(LinkLost, match="no servo answers on .*ttyDXL_follower_right"):
@@ -350,7 +321,7 @@ def test_link_loss_on_unplug_is_reported_within_100ms_and_replug_reconnects(buse
     assert arms_of(hw.read())[RIGHT] == pytest.approx(emulated_arm(right), abs=RAD_PER_TICK)
     hw.activate()
     loop.hold_here()
-    assert until_at(target)(stream(hw, loop, target, 3.0, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
 
 def _replace(servos, new):
@@ -385,11 +356,11 @@ def test_hardware_error_stops_writes_and_reset_reboots_the_servo(buses, backend)
     left, right = buses
     hw = backend(left, right)
     loop = active_loop(hw)
-    stream(hw, loop, HOME, 0.1)
+    stream(loop, 0.1, HOME)
     left.servo(9).inject_hardware_error(0x20)  # the gripper overloaded: the firmware cuts its torque
     with pytest.raises(HardwareError, match=r"left arm .*ttyDXL_follower_left\) id 9 \(gripper\) reports a "
                                             r"hardware error: overload; reset\(\)") as caught:
-        stream(hw, loop, HOME, 1.0)
+        stream(loop, 1.0, HOME)
     assert not isinstance(caught.value, LinkLost)
     assert hw.state is Lifecycle.ERROR and "overload" in hw.describe()["fault"]
     assert fingers_of(hw.read()).shape == (4,)  # the link is fine: the state still reads
@@ -403,7 +374,7 @@ def test_hardware_error_stops_writes_and_reset_reboots_the_servo(buses, backend)
     assert gripper.operating_mode == 5 and gripper.read_item("goal_current") == 200  # set up again
     loop.hold_here()
     loop.controller.command_gripper("left_gripper", [OPEN], hw.now)
-    stream(hw, loop, HOME, 2.0, until=lambda s: abs(fingers_of(s)[:2].sum() - OPEN) < 1e-4)
+    stream(loop, 2.0, HOME, until=lambda s: abs(fingers_of(s)[:2].sum() - OPEN) < 1e-4)
     assert gripper.goal_position == ticks(1.4910)
 
 
@@ -427,7 +398,7 @@ def test_shadows_without_a_secondary_id_get_their_primaries_goals(make_bus, back
     assert hw.describe()["left_shadows"] == "written with their primaries: shoulder_shadow, elbow_shadow"
     target = np.zeros(12)
     target[[1, 2, 7, 8]] = [0.4, -0.3, -0.4, 0.3]  # both arms' shoulders and elbows
-    assert until_at(target)(stream(hw, loop, target, 3.0, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
     for bus in (left, right):
         assert bus.servo(3).goal_position == bus.servo(2).goal_position != 2048
         assert bus.servo(5).goal_position == bus.servo(4).goal_position != 2048

@@ -3,8 +3,6 @@ ControlLoop without a ROS graph. flexivrdk has no wheel for Python 3.11, so the 
 checked against the API facts recorded from the flexivrdk 1.9.4.1 wheel (flexivrdk_api.json)."""
 
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -17,10 +15,10 @@ import yaml
 from r2s2r.hardware.backends import load_backend
 from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
 from r2s2r.hardware.flexiv import FlexivHardware
-from r2s2r.hardware.loop import ControlLoop
 from r2s2r.paths import config_path
 from r2s2r.robots import get_robot
 from r2s2r.stack import load_stack
+from tests.backend_helpers import active_loop, arrived, run_on_the_shim, stream
 from tests.standins import flexivrdk_standin, signatures
 
 RIZON = get_robot("flexiv_rizon4")
@@ -41,30 +39,10 @@ def hardware(**settings):
     return FlexivHardware(RIZON, {"serial_number": SERIAL, **settings})
 
 
-def run(loop: ControlLoop, seconds: float, target=None, until=None, each_cycle=None) -> None:
-    """Cycle in real time (the stand-in's arm moves on the wall clock) for `seconds`, or until
-    `until()` holds, streaming `target` to the arm group every cycle as a streaming client does
-    (the controller's watchdog stops a target that is not refreshed)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not (until is not None and until()):
-        if target is not None:
-            loop.controller.command_positions("arm", target, loop.hardware.now)
-        loop.cycle()
-        if each_cycle is not None:
-            each_cycle()
-        time.sleep(loop.dt)
-
-
-def arrived(loop: ControlLoop, target, atol: float = 5e-4):
-    return lambda: np.allclose(loop.positions(), target, atol=atol)
-
-
 @pytest.fixture
 def active(rdk):
     hw = hardware()
-    hw.connect()
-    hw.activate()
-    yield hw, ControlLoop(hw, control_rate_hz=200.0)
+    yield hw, active_loop(hw, control_rate_hz=200.0)
     hw.disconnect()
 
 
@@ -90,11 +68,9 @@ def test_streams_setpoints_and_the_arm_arrives_at_bounded_speed(active, rdk):
     hw, loop = active
     assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.NRT_JOINT_POSITION
     target = RIZON.home_positions + np.array([0.3, -0.2, 0.25, 0.2, -0.3, 0.2, 0.3])
-    speeds = []
     start = time.monotonic()
-    run(loop, 5.0, target, arrived(loop, target),
-        each_cycle=lambda: speeds.append(np.abs(loop.last_sample.velocity[:7])))
-    run(loop, 0.1, target)  # settled: the last setpoints sent are the target
+    speeds = [np.abs(sample.velocity[:7]) for sample in stream(loop, 5.0, target, until=arrived(target, 5e-4))]
+    stream(loop, 0.1, target)  # settled: the last setpoints sent are the target
     elapsed = time.monotonic() - start
     np.testing.assert_allclose(loop.positions(), target, atol=1e-3)
     np.testing.assert_allclose(rdk.arm(SERIAL).q, target, atol=1e-3)
@@ -111,10 +87,10 @@ def test_streams_setpoints_and_the_arm_arrives_at_bounded_speed(active, rdk):
 
 def test_gripper_moves_on_a_worker_thread_only_when_the_opening_changes(active, rdk):
     hw, loop = active
-    run(loop, 0.1)
+    stream(loop, 0.1)
     loop.controller.command_gripper("gripper", [0.03], hw.now)
-    run(loop, 3.0, until=lambda: abs(hw.read().position[7] - 0.015) < 1e-6)
-    run(loop, 0.1)
+    stream(loop, 3.0, until=lambda _: abs(hw.read().position[7] - 0.015) < 1e-6)
+    stream(loop, 0.1)
     moves = rdk.calls_of("Gripper.Move")
     # The controller's home opening (fully open) once, then 0.03 once, although every cycle writes it.
     assert [m.args[0] for m in moves] == pytest.approx([0.085, 0.03])
@@ -126,26 +102,24 @@ def test_gripper_moves_on_a_worker_thread_only_when_the_opening_changes(active, 
 
 def test_deactivate_stops_the_arm_and_holds(active, rdk):
     hw, loop = active
-    run(loop, 0.3, RIZON.home_positions + 0.3)
+    stream(loop, 0.3, RIZON.home_positions + 0.3)
     hw.deactivate()
     assert hw.state is Lifecycle.INACTIVE
     assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.IDLE
     sent = len(rdk.calls_of("SendJointPosition"))
     held = hw.read().position[:7]
-    run(loop, 0.2)
+    stream(loop, 0.2)
     assert len(rdk.calls_of("SendJointPosition")) == sent  # nothing streams while inactive
     np.testing.assert_allclose(hw.read().position[:7], held)
 
 
 def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, rdk):
     hw, loop = active
-    run(loop, 0.3, RIZON.home_positions + 0.3)
+    stream(loop, 0.3, RIZON.home_positions + 0.3)
     rdk.cut_link(SERIAL)
     cut = time.monotonic()
     with pytest.raises(LinkLost, match="stopped answering"):
-        while True:
-            loop.cycle()
-            time.sleep(loop.dt)
+        stream(loop, 1.0)
     assert time.monotonic() - cut < 0.1
     assert hw.state is Lifecycle.ERROR
     with pytest.raises(LinkLost):  # stays lost until connect()
@@ -158,19 +132,19 @@ def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, rdk):
     np.testing.assert_allclose(hw.read().position[:7], rdk.arm(SERIAL).q)
     hw.activate()
     loop.hold_here()
-    run(loop, 0.1)
+    stream(loop, 0.1)
     assert hw.state is Lifecycle.ACTIVE
 
 
 def test_a_fault_is_reported_stops_streaming_and_reset_resumes_it(active, rdk):
     hw, loop = active
-    run(loop, 0.1)
+    stream(loop, 0.1)
     rdk.inject_fault(SERIAL, description="joint 3 torque limit exceeded")
     # The loop goes on: the robot holds, nothing is sent.
-    run(loop, 2.0, RIZON.home_positions + 0.1, until=lambda: hw.state is Lifecycle.ERROR)
+    stream(loop, 2.0, RIZON.home_positions + 0.1, until=lambda _: hw.state is Lifecycle.ERROR)
     assert hw.state is Lifecycle.ERROR
     sent = len(rdk.calls_of("SendJointPosition"))
-    run(loop, 0.1, RIZON.home_positions + 0.1)
+    stream(loop, 0.1, RIZON.home_positions + 0.1)
     assert len(rdk.calls_of("SendJointPosition")) == sent
     facts = hw.describe()
     assert facts["fault"] is True and facts["operational_status"] == "MINOR_FAULT"
@@ -181,7 +155,7 @@ def test_a_fault_is_reported_stops_streaming_and_reset_resumes_it(active, rdk):
     assert hw.describe()["fault"] is False
     target = RIZON.home_positions + 0.1
     loop.hold_here()
-    run(loop, 5.0, target, arrived(loop, target))
+    stream(loop, 5.0, target, until=arrived(target, 5e-4))
     np.testing.assert_allclose(loop.positions(), target, atol=1e-3)
 
 
@@ -294,15 +268,6 @@ def test_the_backend_imports_without_the_sdk_and_runs_on_the_shim_in_another_pro
     """What a driver in a process of its own (the DDS conformance tests) relies on: the backend
     imports without the SDK, and tests/standins/shim puts the stand-in under the SDK's name, with
     a robot on its network."""
-    repo = Path(__file__).resolve().parents[1]
-    code = "; ".join([
-        "import sys, r2s2r.hardware.flexiv as backend",
-        "assert 'flexivrdk' not in sys.modules, 'SDK imported eagerly'",
-        "from r2s2r.robots import get_robot",
-        "hw = backend.FlexivHardware(get_robot('flexiv_rizon4'), {'serial_number': 'Rizon4-062468'})",
-        "hw.connect(); hw.activate(); print(sys.modules['flexivrdk'].__name__, hw.read().names[0]); hw.disconnect()"])
-    path = [repo / "tests" / "standins" / "shim", repo, repo / "src"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["tests.standins.flexivrdk_standin", get_robot("flexiv_rizon4").joint_names[0]]
+    printed = run_on_the_shim("r2s2r.hardware.flexiv.FlexivHardware", "flexivrdk", "flexiv_rizon4",
+                              {"serial_number": "Rizon4-062468"})
+    assert printed == ["tests.standins.flexivrdk_standin", get_robot("flexiv_rizon4").joint_names[0]]

@@ -39,6 +39,7 @@ LOSS_HOST = os.environ.get("R2S2R_FRANKA_SIM_HOST_2", "127.0.0.32")  # simulator
 # (link_timeout_s) rather than the default 50 before calling the link lost.
 SETTINGS = {"ip": HOST, "realtime": "ignore", "link_timeout_s": 0.08}
 
+from tests.backend_helpers import active_loop, arrived, stream  # noqa: E402
 from tests.peers import FrankySim  # noqa: E402
 
 
@@ -79,27 +80,6 @@ def backend():
         hardware.disconnect()
 
 
-def run_cycles(loop: ControlLoop, seconds: float, each=None, until=None) -> int:
-    """ControlLoop cycles at the robot's 1 kHz, paced by the host clock (as the driver does)."""
-    end = time.monotonic() + seconds
-    next_cycle = time.monotonic()
-    n = 0
-    while time.monotonic() < end:
-        if each is not None:
-            each()
-        loop.cycle()
-        n += 1
-        if until is not None and until():
-            break
-        next_cycle += loop.dt
-        delay = next_cycle - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        elif delay < -10 * loop.dt:
-            next_cycle = time.monotonic()
-    return n
-
-
 # -- against franky-sim ------------------------------------------------------------------------------
 def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
     hardware = load_backend("franka")(FR3, SETTINGS)
@@ -124,17 +104,10 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
     target = start.copy()
     target[0] += 0.4
     target[3] += 0.3
-    samples = []
-
-    def command():
-        loop.controller.command_positions("arm", target, hardware.now)  # streamed, as a policy does
-        samples.append(loop.last_sample)
-
-    def arrived():
-        return np.max(np.abs(loop.positions() - target)) < 2e-3
-
-    run_cycles(loop, 8.0, each=command, until=arrived)  # returns on arrival; a busy host's franky-sim is slow
-    assert arrived(), f"the arm stopped at {loop.positions()} short of {target}"
+    at_target = arrived(target, 2e-3)
+    # Streamed, as a policy does; returns on arrival (a busy host's franky-sim is slow).
+    samples = stream(loop, 8.0, target, until=at_target)
+    assert at_target(loop.last_sample), f"the arm stopped at {loop.positions()} short of {target}"
     # The peer's joints followed the shaped setpoints: moving, never faster than the FCI allows
     # (its measured velocities; arrival stamps bunch up on a busy host, so no differences of them).
     speeds = np.abs([s.velocity[:7] for s in samples])
@@ -149,8 +122,8 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
 
     for opening in (0.07, 0.02):  # opening: move(); closing on nothing: grasp() down to the command
         loop.controller.command_gripper("gripper", [opening], hardware.now)
-        run_cycles(loop, 5.0, each=lambda: loop.controller.command_positions("arm", target, hardware.now),
-                   until=lambda: abs(width() - opening) < 1e-3 and not hardware.describe()["gripper_moving"])
+        stream(loop, 5.0, target,
+               until=lambda _: abs(width() - opening) < 1e-3 and not hardware.describe()["gripper_moving"])
         assert abs(width() - opening) < 1e-3, f"the Hand is at {width():.4f} m, not {opening} m"
     assert hardware.describe()["gripper_commands"] == 2
 
@@ -169,21 +142,16 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
 def test_link_loss_mid_motion_is_reported_fast_and_reconnect_works(franky_sim, backend, how):
     sim = franky_sim()
     hardware = backend(ip=LOSS_HOST)
-    hardware.connect()
-    hardware.activate()
-    loop = ControlLoop(hardware)
+    loop = active_loop(hardware)
     target = loop.positions()
     target[0] -= 0.5
     start = loop.positions()[0]
-
-    def command():
-        loop.controller.command_positions("arm", target, hardware.now)
-    run_cycles(loop, 8.0, each=command, until=lambda: start - loop.positions()[0] > 0.05)
+    stream(loop, 8.0, target, until=lambda _: start - loop.positions()[0] > 0.05)
     assert 0.05 < start - loop.positions()[0] < 0.45, "the arm should be on its way when the link goes"
     sim.signal(how)
     lost_at = time.monotonic()
     with pytest.raises(LinkLost) as lost:
-        run_cycles(loop, 2.0, each=command)
+        stream(loop, 2.0, target)
     detected_after = time.monotonic() - lost_at
     assert detected_after < 0.1, f"link loss took {detected_after * 1000:.0f} ms to detect"
     assert LOSS_HOST in str(lost.value)
@@ -199,7 +167,7 @@ def test_link_loss_mid_motion_is_reported_fast_and_reconnect_works(franky_sim, b
     np.testing.assert_allclose(hardware.read().positions_of(FR3.joint_names), DEFAULT_INITIAL_JOINT_POS, atol=1e-3)
     hardware.activate()
     loop.hold_here()
-    run_cycles(loop, 0.05)
+    stream(loop, 0.05)
     np.testing.assert_allclose(loop.positions(), DEFAULT_INITIAL_JOINT_POS, atol=1e-3)
 
 

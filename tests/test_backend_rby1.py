@@ -4,9 +4,7 @@ installs on our Python (a test dependency)."""
 
 import enum
 import importlib
-import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,11 +15,11 @@ import yaml
 
 from r2s2r.hardware.backends import load_backend
 from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
-from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.rby1 import PARKED_HOLD_TIME_S, Rby1Hardware
 from r2s2r.paths import config_path
 from r2s2r.robots import get_robot
 from r2s2r.stack import load_stack
+from tests.backend_helpers import active_loop, arrived, run_on_the_shim, stream
 from tests.standins import rby1_sdk_standin as standin
 from tests.standins import signatures
 
@@ -52,22 +50,8 @@ def hardware(sdk, **settings):
                                **settings})
 
 
-def run(loop: ControlLoop, seconds: float, targets=None, until=None, each_cycle=None) -> None:
-    """Cycle in real time for `seconds`, or until `until()` holds, streaming `targets`
-    ({group: positions}) every cycle as a client does."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not (until is not None and until()):
-        for group, values in (targets or {}).items():
-            loop.controller.command_positions(group, values, loop.hardware.now)
-        loop.cycle()
-        if each_cycle is not None:
-            each_cycle()
-        time.sleep(loop.dt)
-
-
-def arrived(loop: ControlLoop, targets: dict, atol: float = 1e-3):
-    wanted = np.concatenate([targets[g] for g in RBY1.group_names])
-    return lambda: np.allclose(loop.positions(), wanted, atol=atol)
+def in_joint_order(targets: dict) -> np.ndarray:
+    return np.concatenate([targets[g] for g in RBY1.group_names])
 
 
 def group_targets(offset: float = 0.15) -> dict:
@@ -85,9 +69,7 @@ def group_targets(offset: float = 0.15) -> dict:
 @pytest.fixture
 def active(sdk):
     hw = hardware(sdk)
-    hw.connect()
-    hw.activate()
-    yield hw, ControlLoop(hw, control_rate_hz=200.0)
+    yield hw, active_loop(hw, control_rate_hz=200.0)
     hw.disconnect()
 
 
@@ -124,13 +106,11 @@ def test_activate_powers_servos_all_but_the_wheels_and_homes_the_grippers(active
 def test_streams_setpoints_and_every_component_arrives_at_bounded_speed(active, sdk):
     hw, loop = active
     targets = group_targets()
-    speeds = []
+    wanted = in_joint_order(targets)
     start = time.monotonic()
-    run(loop, 5.0, targets, arrived(loop, targets),
-        each_cycle=lambda: speeds.append(np.abs(loop.last_sample.velocity[:22])))
-    run(loop, 0.1, targets)  # settled: the last command sent is the target
+    speeds = [np.abs(sample.velocity[:22]) for sample in stream(loop, 5.0, targets, until=arrived(wanted, 1e-3))]
+    stream(loop, 0.1, targets)  # settled: the last command sent is the target
     elapsed = time.monotonic() - start
-    wanted = np.concatenate([targets[g] for g in RBY1.group_names])
     np.testing.assert_allclose(loop.positions(), wanted, atol=2e-3)
     np.testing.assert_allclose(sdk.robots[ADDRESS].q[2:], wanted, atol=2e-3)
     np.testing.assert_allclose(sdk.robots[ADDRESS].q[:2], 0.0)  # the base never moved
@@ -153,8 +133,8 @@ def test_grippers_move_on_the_bus_only_when_the_opening_changes(active, sdk):
     loop.controller.command_gripper("right_gripper", [0.03], hw.now)
     loop.controller.command_gripper("left_gripper", [0.08], hw.now)
     fingers = np.array([0.015, 0.015, 0.04, 0.04])
-    run(loop, 3.0, until=lambda: np.allclose(hw.read().position[22:], fingers, atol=1e-4))
-    run(loop, 0.1)
+    stream(loop, 3.0, until=lambda _: np.allclose(hw.read().position[22:], fingers, atol=1e-4))
+    stream(loop, 0.1)
     np.testing.assert_allclose(hw.read().position[22:], fingers, atol=1e-4)
     writes = sdk.calls_of("bus.send_position")
     assert len(writes) == 1 and {c.thread for c in writes} == {"rby1-gripper"}
@@ -166,24 +146,22 @@ def test_grippers_move_on_the_bus_only_when_the_opening_changes(active, sdk):
 
 def test_deactivate_parks_on_the_last_setpoint(active, sdk):
     hw, loop = active
-    run(loop, 0.3, group_targets())
+    stream(loop, 0.3, group_targets())
     hw.deactivate()
     assert hw.state is Lifecycle.INACTIVE
     sends = sdk.calls_of("stream.send_command")
     assert sends[-1].args[1]["torso"][1] == PARKED_HOLD_TIME_S
-    run(loop, 0.2)
+    stream(loop, 0.2)
     assert len(sdk.calls_of("stream.send_command")) == len(sends)  # nothing streams while inactive
 
 
 def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, sdk):
     hw, loop = active
-    run(loop, 0.3, group_targets())
+    stream(loop, 0.3, group_targets())
     sdk.cut_link(ADDRESS)
     cut = time.monotonic()
     with pytest.raises(LinkLost, match="stopped answering"):
-        while True:
-            loop.cycle()
-            time.sleep(loop.dt)
+        stream(loop, 1.0)
     assert time.monotonic() - cut < 0.1
     assert hw.state is Lifecycle.ERROR
     hw.disconnect()  # what the driver does, then it retries connect()
@@ -195,19 +173,19 @@ def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, sdk):
     np.testing.assert_allclose(hw.read().position[:22], sdk.robots[ADDRESS].q[2:])
     hw.activate()
     loop.hold_here()
-    run(loop, 0.2)
+    stream(loop, 0.2)
     assert hw.state is Lifecycle.ACTIVE and hw.describe()["gripper_homed"] is True
 
 
 def test_a_fault_is_reported_stops_streaming_and_reset_resumes_it(active, sdk):
     hw, loop = active
-    run(loop, 0.1)
+    stream(loop, 0.1)
     sdk.inject_fault(ADDRESS)
     # The loop goes on: the robot holds, nothing is sent.
-    run(loop, 2.0, until=lambda: hw.describe().get("last_error") == "control manager MinorFault")
+    stream(loop, 2.0, until=lambda _: hw.describe().get("last_error") == "control manager MinorFault")
     assert hw.state is Lifecycle.ERROR
     sent = len(sdk.calls_of("stream.send_command"))
-    run(loop, 0.1)
+    stream(loop, 0.1)
     assert len(sdk.calls_of("stream.send_command")) == sent
     facts = hw.describe()
     assert facts["fault"] is True and facts["control_manager"] == "MinorFault"
@@ -216,15 +194,17 @@ def test_a_fault_is_reported_stops_streaming_and_reset_resumes_it(active, sdk):
     assert sdk.calls_of("reset_fault_control_manager") and hw.state is Lifecycle.ACTIVE
     loop.hold_here()
     targets = group_targets(0.1)
-    run(loop, 5.0, targets, arrived(loop, targets))
-    np.testing.assert_allclose(loop.positions(), np.concatenate([targets[g] for g in RBY1.group_names]), atol=2e-3)
+    stream(loop, 5.0, targets, until=arrived(in_joint_order(targets), 1e-3))
+    np.testing.assert_allclose(loop.positions(), in_joint_order(targets), atol=2e-3)
     assert hw.describe()["fault"] is False
 
 
 def test_a_fault_that_does_not_clear_is_an_error(active, sdk):
     hw, loop = active
     sdk.inject_fault(ADDRESS, major=True)
-    run(loop, 2.0, until=lambda: hw.state is Lifecycle.ERROR)
+    # Only until the driver stops streaming, which the stream's end may show before the state
+    # callback brings the fault: reset() asks the control manager itself.
+    stream(loop, 2.0, until=lambda _: hw.state is Lifecycle.ERROR)
     with pytest.raises(HardwareError, match="reset_fault_control_manager\\(\\) failed"):
         hw.reset()
     with pytest.raises(HardwareError, match="control manager is in MajorFault"):
@@ -233,9 +213,9 @@ def test_a_fault_that_does_not_clear_is_an_error(active, sdk):
 
 def test_a_preempted_stream_is_reported(active, sdk):
     hw, loop = active
-    run(loop, 0.1)
+    stream(loop, 0.1)
     sdk.robots[ADDRESS].stream._finish(standin.RobotCommandFeedback.FinishCode.Preempted)
-    run(loop, 2.0, until=lambda: hw.state is Lifecycle.ERROR)
+    stream(loop, 2.0, until=lambda _: hw.state is Lifecycle.ERROR)
     assert hw.state is Lifecycle.ERROR and "command stream ended" in hw.describe()["last_error"]
 
 
@@ -248,11 +228,9 @@ def test_servo_needs_power_and_says_so(sdk):
 
 def test_without_a_gripper_bus_the_fingers_read_nan_and_are_not_commanded(sdk):
     hw = Rby1Hardware(RBY1, {"address": ADDRESS, "gripper_device": ""})
-    hw.connect()
-    hw.activate()
-    loop = ControlLoop(hw, control_rate_hz=200.0)
+    loop = active_loop(hw, control_rate_hz=200.0)
     loop.controller.command_gripper("right_gripper", [0.02], hw.now)
-    run(loop, 0.1)
+    stream(loop, 0.1)
     assert np.isnan(hw.read().position[22:]).all()
     assert not sdk.calls_of("bus.open_port") and sdk.robots[ADDRESS].flange_voltage == {"right": 0, "left": 0}
     hw.disconnect()
@@ -387,15 +365,6 @@ def test_the_backend_imports_without_the_sdk_and_runs_on_the_shim_in_another_pro
     """What a driver in a process of its own (the DDS conformance tests) relies on: the backend
     imports without the SDK, and tests/standins/shim puts the stand-in under the SDK's name, with
     a robot on its network."""
-    repo = Path(__file__).resolve().parents[1]
-    code = "; ".join([
-        "import sys, r2s2r.hardware.rby1 as backend",
-        "assert 'rby1_sdk' not in sys.modules, 'SDK imported eagerly'",
-        "from r2s2r.robots import get_robot",
-        "hw = backend.Rby1Hardware(get_robot('rby1'), {'address': '127.0.0.1:50051', 'gripper_device': ''})",
-        "hw.connect(); hw.activate(); print(sys.modules['rby1_sdk'].__name__, hw.read().names[0]); hw.disconnect()"])
-    path = [repo / "tests" / "standins" / "shim", repo, repo / "src"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["tests.standins.rby1_sdk_standin", get_robot("rby1").joint_names[0]]
+    printed = run_on_the_shim("r2s2r.hardware.rby1.Rby1Hardware", "rby1_sdk", "rby1",
+                              {"address": "127.0.0.1:50051", "gripper_device": ""})
+    assert printed == ["tests.standins.rby1_sdk_standin", get_robot("rby1").joint_names[0]]

@@ -12,7 +12,6 @@ that default, as they measure it; the others allow the longest setting, 100 ms.
 """
 
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,11 +23,11 @@ import yaml
 from r2s2r.contract.types import JointCommand
 from r2s2r.hardware.backends import load_backend
 from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
-from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.xarm import XArmHardware, XArmSettings
 from r2s2r.paths import config_path
 from r2s2r.robots import get_robot
 from r2s2r.stack import load_stack
+from tests.backend_helpers import active_loop, arrived, check_imports_without, stream
 from tests.emulators.xarm_emulator import Reg, State, XArmEmulator
 
 HOST = "127.0.0.31"  # the emulator's own tests use 127.0.0.21/22
@@ -69,29 +68,6 @@ def backend():
         hw.disconnect()
 
 
-def active_loop(hw):
-    hw.connect()
-    hw.activate()
-    return ControlLoop(hw)
-
-
-def stream(hw, loop, target, seconds, until=None):
-    """Stream `target` as a client would (every cycle) for up to `seconds`, at the control rate;
-    returns the samples each cycle read. Stops early once `until(sample)` holds."""
-    samples = []
-    next_cycle = end = time.monotonic()
-    end += seconds
-    while time.monotonic() < end:
-        loop.controller.command_positions("arm", target, hw.now)
-        loop.cycle()
-        samples.append(loop.last_sample)
-        if until is not None and until(loop.last_sample):
-            break
-        next_cycle += loop.dt
-        time.sleep(max(0.0, next_cycle - time.monotonic()))
-    return samples
-
-
 def arm_of(sample):
     return sample.position[:ARM]
 
@@ -100,8 +76,9 @@ def fingers_of(sample):
     return sample.position[ARM:]
 
 
-def until_at(target, tol=1e-4):
-    return lambda sample: np.max(np.abs(arm_of(sample) - target)) < tol
+def until_at(target):
+    """Arrived: every arm joint within 1e-4 rad of `target`."""
+    return arrived(target, 1e-4)
 
 
 # ----- settings, registry, SDK missing: no SDK needed ---------------------------------------------
@@ -166,8 +143,7 @@ def test_missing_sdk_names_the_package(monkeypatch):
 
 
 def test_the_backend_imports_without_loading_the_sdk():
-    code = "import sys, r2s2r.hardware.xarm; assert 'xarm' not in sys.modules, 'SDK imported eagerly'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    check_imports_without("r2s2r.hardware.xarm", "xarm")
 
 
 # ----- through the real SDK against the emulator -------------------------------------------------
@@ -205,7 +181,7 @@ def test_streamed_setpoints_reach_the_target_at_bounded_speed(emulator, backend)
     sent_before = emulator.register_count(Reg.MOVE_SERVOJ)
     cycles_before = loop.cycles
     target = HOME + np.array([0.6, 0.0, 0.0, 0.3, 0.0, 0.0, -0.4])
-    samples = stream(hw, loop, target, 3.0, until=until_at(target))
+    samples = stream(loop, 3.0, target, until=until_at(target))
 
     assert until_at(target)(samples[-1]), f"stopped at {arm_of(samples[-1])}, target {target}"
     assert emulator.snapshot().joints == pytest.approx(target, abs=1e-4)
@@ -251,7 +227,7 @@ def test_gripper_moves_and_gets_each_target_once(emulator, backend, monkeypatch)
 
     for opening, pulses in ((0.02, 200), (0.085, 850), (0.0, 0)):
         loop.controller.command_gripper("gripper", [opening], hw.now)
-        samples = stream(hw, loop, HOME, 3.0, until=lambda s: abs(fingers_of(s).sum() - opening) < 1e-4)
+        samples = stream(loop, 3.0, HOME, until=lambda s: abs(fingers_of(s).sum() - opening) < 1e-4)
         assert fingers_of(samples[-1]) == pytest.approx([opening / 2] * 2, abs=1e-4)
         assert emulator.snapshot().gripper_target == pulses
         assert len(samples) > 10  # streamed for a while: the same target never went out again
@@ -263,11 +239,11 @@ def test_link_loss_on_stop_is_detected_within_100ms_and_connect_recovers(emulato
     hw = backend(link_timeout_s=0.05)
     loop = active_loop(hw)
     target = HOME + np.array([1.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    stream(hw, loop, target, 0.25)
+    stream(loop, 0.25, target)
     emulator.stop()
     lost_at = time.monotonic()
     with pytest.raises(LinkLost):
-        stream(hw, loop, target, 1.0)
+        stream(loop, 1.0, target)
     assert time.monotonic() - lost_at < 0.1
     assert hw.state is Lifecycle.ERROR and "link_lost" in hw.describe()
     with pytest.raises(LinkLost):  # stays lost until connect()
@@ -283,18 +259,18 @@ def test_link_loss_on_stop_is_detected_within_100ms_and_connect_recovers(emulato
     assert emulator.client_counts() == {"command": 1, "command_aux": 1, "real": 1}
     hw.activate()
     loop.hold_here()  # as the driver does after a reconnect
-    assert until_at(target)(stream(hw, loop, target, 3.0, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
 
 def test_link_loss_on_a_hung_controller_is_detected_within_100ms(emulator, backend):
     hw = backend(link_timeout_s=0.05, connect_timeout_s=1.0)
     loop = active_loop(hw)
     target = HOME + np.array([0.0, 0.0, 0.0, 1.2, 0.0, 0.0, 0.0])
-    stream(hw, loop, target, 0.2)
+    stream(loop, 0.2, target)
     emulator.pause()
     hung_at = time.monotonic()
     with pytest.raises(LinkLost):
-        stream(hw, loop, target, 1.0)
+        stream(loop, 1.0, target)
     assert time.monotonic() - hung_at < 0.1
     hw.disconnect()  # what the driver does on a lost link
     assert hw.state is Lifecycle.FINALIZED
@@ -314,17 +290,17 @@ def test_link_loss_on_a_hung_controller_is_detected_within_100ms(emulator, backe
     assert arm_of(hw.read()) == pytest.approx(halted, abs=1e-6)
     hw.activate()
     loop.hold_here()
-    assert until_at(target)(stream(hw, loop, target, 3.0, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
 
 def test_controller_error_stops_writes_and_reset_recovers(emulator, backend):
     hw = backend()
     loop = active_loop(hw)
     target = HOME + np.array([0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0])
-    stream(hw, loop, target, 0.1)
+    stream(loop, 0.1, target)
     emulator.inject_error(31)  # collision detected: the controller stops the arm
     with pytest.raises(HardwareError, match="C31") as caught:
-        stream(hw, loop, target, 1.0)
+        stream(loop, 1.0, target)
     assert not isinstance(caught.value, LinkLost)
     assert hw.state is Lifecycle.ERROR and "C31" in hw.describe()["fault"]
     assert hw.read().position.shape == (ARM + 2,)  # the link is fine: the state still reads
@@ -336,7 +312,7 @@ def test_controller_error_stops_writes_and_reset_recovers(emulator, backend):
     truth = emulator.snapshot()
     assert (truth.error_code, truth.mode) == (0, 1)
     loop.hold_here()
-    assert until_at(target)(stream(hw, loop, target, 3.0, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
     assert hw.describe()["error_code"] == 0
 
 
@@ -375,7 +351,7 @@ def test_arm_without_the_gripper(arm_without_gripper, backend):
     assert hw.describe()["error_at_connect"] == 19
     rs485 = arm_without_gripper.register_count(Reg.RS485_RTU)
     target = HOME + np.array([0.0, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0])
-    samples = stream(hw, loop, target, 3.0, until=until_at(target))
+    samples = stream(loop, 3.0, target, until=until_at(target))
     assert until_at(target)(samples[-1])
     assert np.all(np.isnan(fingers_of(samples[-1])))  # no gripper to measure
     assert arm_without_gripper.register_count(Reg.RS485_RTU) == rs485  # and none commanded

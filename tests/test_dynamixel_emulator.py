@@ -24,6 +24,7 @@ from dynamixel_sdk.protocol2_packet_handler import (  # noqa: E402
     ERRNUM_ACCESS, ERRNUM_CRC, ERRNUM_DATA_LENGTH, ERRNUM_DATA_LIMIT, ERRNUM_DATA_RANGE,
     Protocol2PacketHandler)
 
+from tests.waiting import wait_for  # noqa: E402
 from tests.emulators.dynamixel_emulator import (  # noqa: E402
     ALOHA_JOINTS, BROADCAST_ID, INST_READ, INST_WRITE, DynamixelBus, build_packet,
     build_status, crc16, stuff, unstuff, viperx_follower)
@@ -44,15 +45,6 @@ ADDR_GOAL_POSITION, ADDR_PRESENT_POSITION = 116, 132
 
 def signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value & (1 << (bits - 1)) else value
-
-
-def wait_for(predicate, timeout: float = 2.0, interval: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def comm_fails(call) -> bool:
@@ -228,13 +220,13 @@ def test_sync_write_moves_all_joints_at_bounded_speed(port, bus):
     primaries = [1, 2, 4, 6, 7, 8, 9]  # the shadows 3 and 5 follow through secondary ids
     sync_write(port, ADDR_TORQUE_ENABLE, 1, {dxl_id: 1 for dxl_id in primaries})
     # A sync write gets no answer: wait until the servos have taken it.
-    assert wait_for(lambda: all(bus.servo(dxl_id).torque_enabled for dxl_id in IDS))
+    assert wait_for(lambda: all(bus.servo(dxl_id).torque_enabled for dxl_id in IDS), timeout=2.0)
     goals = {dxl_id: 2048 + 800 for dxl_id in primaries}
     goals[1] = 2048 - 800  # one joint the other way
     sent = time.monotonic()  # the move cannot have started before this
     sync_write(port, ADDR_GOAL_POSITION, 4, goals)
     goals[3], goals[5] = goals[2], goals[4]
-    assert wait_for(lambda: bus.servo(3).goal_position == goals[3])
+    assert wait_for(lambda: bus.servo(3).goal_position == goals[3], timeout=2.0)
 
     time.sleep(0.15)
     motion = sync_read_motion(port, IDS)
@@ -461,7 +453,7 @@ def test_reg_write_action_reboot_and_status_return_level(port, bus):
     assert bus.servo(1).read_item("led") == 0
     assert PACKET.read1ByteTxRx(port, 1, 69) == (1, COMM_SUCCESS, 0)  # Registered Instruction
     assert PACKET.action(port, BROADCAST_ID) == COMM_SUCCESS
-    assert wait_for(lambda: bus.servo(1).read_item("led") == 1)
+    assert wait_for(lambda: bus.servo(1).read_item("led") == 1, timeout=2.0)
     assert bus.servo(1).read_item("registered_instruction") == 0
 
     assert PACKET.write1ByteTxRx(port, 1, ADDR_TORQUE_ENABLE, 1) == (COMM_SUCCESS, 0)

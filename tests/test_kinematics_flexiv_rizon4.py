@@ -7,7 +7,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, joint_origin_chain, tcp_offset
+from tests.kinematics import check_limits_against_datasheet, check_site_against, joint_origin_chain, tcp_offset
 
 Z, Y = (0.0, 0.0, 1.0), (0.0, 1.0, 0.0)
 # Flexiv's Rizon 4 joint origins (flexiv_description): (xyz, rpy, axis), joint 1..7, then the flange.
@@ -56,11 +56,6 @@ def test_tcp_is_145_mm_beyond_the_flange(twin):
 
 def test_joint_limits_equal_the_datasheet():
     robot = get_robot("flexiv_rizon4")
-    limits = robot.limits
     assert robot.joint_names == tuple(f"joint{i}" for i in range(1, 8))  # flexiv_ros2's names
-    assert limits.lower == pytest.approx(Q_MIN, abs=1e-12)
-    assert limits.upper == pytest.approx(Q_MAX, abs=1e-12)
-    assert limits.velocity == pytest.approx(DQ_MAX, abs=1e-12)
-    assert limits.acceleration.tolist() == DDQ_MAX
-    assert limits.effort.tolist() == TAU_MAX
+    check_limits_against_datasheet(robot, Q_MIN, Q_MAX, DQ_MAX, DDQ_MAX, TAU_MAX)
     assert robot.gripper("gripper").opening_range == (0.0, 0.085)

@@ -7,7 +7,7 @@ import pytest
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin
-from tests.kinematics import check_site_against, modified_dh, tcp_offset
+from tests.kinematics import check_limits_against_datasheet, check_site_against, modified_dh, tcp_offset
 
 # UFACTORY's published modified DH parameters of the xArm7: (a, d, alpha, theta offset), joint 1..7;
 # joint 7's frame is the tool flange.
@@ -54,11 +54,6 @@ def test_tcp_is_172_mm_beyond_the_flange(twin):
 
 def test_joint_limits_equal_the_datasheet():
     robot = get_robot("xarm7")
-    limits = robot.limits
     assert robot.joint_names == tuple(f"joint{i}" for i in range(1, 8))  # xarm_ros2's names
-    assert limits.lower == pytest.approx(Q_MIN, abs=1e-12)
-    assert limits.upper == pytest.approx(Q_MAX, abs=1e-12)
-    assert limits.velocity == pytest.approx(DQ_MAX, abs=1e-12)
-    assert limits.acceleration.tolist() == DDQ_MAX
-    assert limits.effort.tolist() == TAU_MAX
+    check_limits_against_datasheet(robot, Q_MIN, Q_MAX, DQ_MAX, DDQ_MAX, TAU_MAX)
     assert robot.gripper("gripper").opening_range == (0.0, 0.085)

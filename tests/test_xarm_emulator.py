@@ -14,6 +14,7 @@ import pytest
 from xarm.core.config.x_config import XCONF  # noqa: E402
 from xarm.wrapper import XArmAPI  # noqa: E402
 
+from tests.waiting import wait_for
 from tests.emulators.xarm_emulator import (  # noqa: E402
     ERROR_END_EFFECTOR_COMM, ERROR_JOINT_LIMIT, MAX_JOINT_SPEED, XARM7_JOINT_LIMITS,
     Reg, State, XArmControllerModel, XArmEmulator)
@@ -57,22 +58,13 @@ def connect():
         api.disconnect()
 
 
-def wait_until(predicate, timeout, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def enter_mode(api, mode):
     """The usual start-up sequence of an xArm program."""
     assert api.motion_enable(True) == 0
     assert api.set_mode(mode) == 0
     assert api.set_state(0) == 0
     assert api.get_state() == (0, State.SLEEPING)
-    assert wait_until(lambda: api.mode == mode, 1.0), "the report stream never showed the new mode"
+    assert wait_for(lambda: api.mode == mode, 1.0), "the report stream never showed the new mode"
 
 
 def joints(api):
@@ -153,7 +145,7 @@ def test_position_mode_move_runs_at_requested_speed(emulator, connect):
     assert 0.0 < midway[3] < 0.9
     assert speed * (before_read - sent) - 1e-3 <= midway[3] <= speed * (after_read - start) + 1e-3
     assert midway[0] == pytest.approx(midway[3] * 0.6 / 0.9, abs=1e-3)  # joints move in sync
-    assert wait_until(lambda: api.get_state() == (0, State.SLEEPING), 2.0)
+    assert wait_for(lambda: api.get_state() == (0, State.SLEEPING), 2.0)
     assert time.monotonic() - start > 0.85
     assert joints(api) == pytest.approx(target, abs=1e-6)
     # wait=True returns once the controller has finished the move.
@@ -170,7 +162,7 @@ def test_out_of_limit_target_is_refused_with_controller_error(emulator, connect)
     assert api.get_state() == (0, State.STOPPED)
     time.sleep(0.2)
     assert joints(api) == before
-    assert wait_until(lambda: api.error_code == ERROR_JOINT_LIMIT, 1.0), "error not in the report stream"
+    assert wait_for(lambda: api.error_code == ERROR_JOINT_LIMIT, 1.0), "error not in the report stream"
 
     # Recovery is clean_error, then start again; servo_j is checked the same way.
     assert api.clean_error() == 0
@@ -220,10 +212,10 @@ def test_gripper_enable_and_position(emulator, connect):
     assert code == 0 and 0 <= midway < 800
     time.sleep(0.2)
     assert midway < api.get_gripper_position()[1]
-    assert wait_until(lambda: api.get_gripper_position() == (0, 800), 3.0)
+    assert wait_for(lambda: api.get_gripper_position() == (0, 800), 3.0)
     assert api.set_gripper_position(200, wait=True, speed=5000) == 0
     # The SDK's wait ends within its own tolerance of the goal; the last fraction of a pulse follows.
-    assert wait_until(lambda: api.get_gripper_position() == (0, 200), 3.0)
+    assert wait_for(lambda: api.get_gripper_position() == (0, 200), 3.0)
     assert emulator.snapshot().gripper_position == pytest.approx(200, abs=0.5)
 
 
@@ -241,7 +233,7 @@ def test_stop_drops_link_and_start_allows_reconnect(emulator, connect):
     api = connect()
     assert api.motion_enable(True) == 0
     emulator.stop()
-    assert wait_until(lambda: not api.connected, 3.0), "SDK did not notice the lost link"
+    assert wait_for(lambda: not api.connected, 3.0), "SDK did not notice the lost link"
     assert api.get_state()[0] != 0
     with pytest.raises(Exception):
         XArmAPI(HOST, is_radian=True, forbid_uds=True)  # nobody listening
@@ -265,7 +257,7 @@ def test_pause_hangs_and_resume_recovers(emulator, connect):
     assert len(reports) == paused_at, "a paused controller must not report"
     emulator.resume()
     assert api.get_state() == (0, State.STOPPED)
-    assert wait_until(lambda: len(reports) > paused_at + 5, 1.0)
+    assert wait_for(lambda: len(reports) > paused_at + 5, 1.0)
     assert api.connected
 
 
@@ -280,8 +272,8 @@ def test_report_streams_run_at_sdk_rates_and_carry_joints(emulator, connect):
     assert 40 <= counts["real"] <= 110
     assert 3 <= counts["rich"] <= 7
     emulator.set_joint_positions([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-    assert wait_until(lambda: real.angles == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], abs=1e-5), 0.5)
-    assert wait_until(lambda: rich.angles == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], abs=1e-5), 1.0)
+    assert wait_for(lambda: real.angles == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], abs=1e-5), 0.5)
+    assert wait_for(lambda: rich.angles == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], abs=1e-5), 1.0)
 
 
 def test_two_emulators_on_separate_loopback_addresses(emulator, connect):

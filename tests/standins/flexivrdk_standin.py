@@ -22,9 +22,11 @@ from __future__ import annotations
 import enum
 import math
 import re
-import threading
 import time
 from dataclasses import dataclass, field
+
+from tests.standins.call_log import Call  # noqa: F401  (a control name: the records world.calls holds)
+from tests.standins.call_log import CallLog as _CallLog
 
 __version__ = "1.9.4.1"
 
@@ -113,14 +115,6 @@ class GripperStates:
 
 # -- the simulated hardware -------------------------------------------------------------------------
 @dataclass
-class Call:
-    name: str
-    args: tuple
-    thread: str
-    time: float
-
-
-@dataclass
 class SimulatedGripper:
     name: str
     # A Robotiq 2F-85's ranges: 0-85 mm, 20-150 mm/s, 20-235 N.
@@ -204,13 +198,12 @@ class SimulatedArm:
         return OperationalStatus.READY
 
 
-class StandinWorld:
+class StandinWorld(_CallLog):
     """What the tests control: the arms on the network, their links and faults, the call log."""
 
     def __init__(self):
-        self.lock = threading.RLock()
+        super().__init__()
         self.arms: dict[str, SimulatedArm] = {}
-        self.calls: list[Call] = []
         self.enable_delay_s = 0.05
         self.connected_grace_s = 0.5  # how long connected() still says True after the link drops
         self.request_timeout_s = 0.1  # how long a blocking request waits before it fails
@@ -230,14 +223,6 @@ class StandinWorld:
 
     def arm(self, serial: str) -> SimulatedArm:
         return self.arms[_key(serial)]
-
-    def log(self, name: str, *args) -> None:
-        with self.lock:
-            self.calls.append(Call(name, args, threading.current_thread().name, time.monotonic()))
-
-    def calls_of(self, name: str) -> list[Call]:
-        with self.lock:
-            return [c for c in self.calls if c.name == name]
 
     def cut_link(self, serial: str) -> None:
         with self.lock:
