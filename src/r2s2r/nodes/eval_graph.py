@@ -42,6 +42,7 @@ from r2s2r.eval.runner import TrialResult, TrialSpec
 from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.policy_node import PolicyNode
+from r2s2r.nodes.runtime import prompt_gil_handover
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
 STALL_S = 30.0  # wall seconds without the twin's clock moving: the driver has stopped
@@ -155,6 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("results", help="where to write the JSON list of results")
     parser.add_argument("--real-time-factor", type=float, default=1.0)
     args = parser.parse_args(argv)
+    prompt_gil_handover()  # the driver's control loop shares this process with a busy executor
     with open(args.specs) as f:
         specs = [TrialSpec.of(s["policy"], s["task"], s.get("perturbation"), s.get("seed", 0), s.get("control_rate_hz"))
                  for s in json.load(f)]
