@@ -1,5 +1,5 @@
 """A minimal in-process trial loop for tests of tasks and experts: SimHardware + ControlLoop +
-PolicyRuntime (synchronous) + Task, with the task's command latency applied. What the
+PolicyRuntime (synchronous) + Task, the task's command latency on the twin. What the
 evaluation engine's trial runner does, without its store, pool or reports."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.policy import Observation, PolicyRuntime, RuntimeConfig, load_policy
 from r2s2r.policy.observation import JointLayout
-from r2s2r.search.perturbations import CommandDelay
 
 
 @dataclass
@@ -43,7 +42,6 @@ def run_trial(task: Task, perturbation: dict | None = None, seed: int = 0, polic
     policy = policy or load_policy(task.expert)
     runtime = PolicyRuntime(policy, RuntimeConfig(asynchronous=False, replan_steps=1))
     runtime.reset()
-    delay = CommandDelay(task.runtime(perturbation)["command_latency_s"])
     layout = JointLayout.from_robot(hardware.robot)
     limit = task.time_limit_s if time_limit_s is None else time_limit_s
     period = 1.0 / task.control_rate_hz
@@ -52,16 +50,13 @@ def run_trial(task: Task, perturbation: dict | None = None, seed: int = 0, polic
     while twin.time < limit - 1e-9:
         now = twin.time
         command = runtime.step(now, observe(task, loop, layout))
-        if command is not None:
-            delay.push(now, command)
+        if command is not None:  # the perturbation's latency is the twin's (task.start)
+            for group, target in command.joints.items():
+                loop.controller.command_positions(group, target, now=now)
+            for gripper, opening in command.grippers.items():
+                loop.controller.command_gripper(gripper, [opening], now=now)
         tick += 1
-        until = tick * period
-        while twin.time < until - 1e-9:
-            for due in delay.due(twin.time):
-                for group, target in due.joints.items():
-                    loop.controller.command_positions(group, target, now=twin.time)
-                for gripper, opening in due.grippers.items():
-                    loop.controller.command_gripper(gripper, [opening], now=twin.time)
+        while twin.time < tick * period - 1e-9:
             loop.cycle()
         task.step(twin)
         if task.done(twin):

@@ -3,6 +3,7 @@ consistently to the scene the twin builds (geometry, mass, resting height, colou
 cameras, lights, distractors) or at run time (gains, latency, initial joints)."""
 
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from r2s2r.config import ConfigError
 from r2s2r.eval.tasks import load_task, task_names
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
-from r2s2r.search.perturbations import CommandDelay, apply_runtime, load_space, parse_space
+from r2s2r.search.perturbations import apply_runtime, load_space, parse_space
+from r2s2r.sim.dynamics import DynamicsSpec
 from r2s2r.sim.render import TwinRenderer
 from r2s2r.sim.twin import Twin
 
@@ -229,26 +231,42 @@ def test_softer_gains_let_a_load_push_the_arm_further():
     assert deflection(0.3) == pytest.approx(deflection(1.0) / 0.3, rel=0.05)
 
 
-def test_command_latency_delays_when_a_command_takes_effect():
-    delay = CommandDelay(0.1)
-    delay.push(0.0, "a")
-    delay.push(0.05, "b")
-    assert delay.due(0.09) == [] and delay.due(0.1) == ["a"] and delay.due(0.2) == ["b"]
+def first_motion(scene, runtime, gripper=False):
+    """When the arm (or the gripper) starts moving after a command at t = 0, the twin set up with
+    `runtime` as Task.start sets it up."""
+    hardware = SimHardware(scene)
+    hardware.connect()
+    apply_runtime(hardware.twin, runtime)
+    apply_runtime(hardware.twin, runtime)  # idempotent: the latency is set, not added again
+    loop = ControlLoop(hardware, 250.0)
+    start = loop.sample().position.copy()  # arm and finger joints
+    if gripper:
+        loop.controller.command_gripper("gripper", [0.01], now=hardware.now)
+    else:
+        loop.controller.command_positions("arm", loop.positions() + 0.2, now=hardware.now)
+    while hardware.now < 0.4:
+        loop.cycle()
+        if np.abs(loop.sample().position - start).max() > 1e-3:
+            return hardware.now
+    return None
 
-    def first_motion(latency):
-        """When the arm starts moving after a command issued at t = 0 through the delay."""
-        hardware = SimHardware(BLOCK.scene({"command_latency": latency}))
-        hardware.connect()
-        loop = ControlLoop(hardware, 250.0)
-        delay = CommandDelay(BLOCK.runtime({"command_latency": latency})["command_latency_s"])
-        start = loop.positions()
-        delay.push(0.0, start + 0.2)
-        while hardware.now < 0.3:
-            for target in delay.due(hardware.now):
-                loop.controller.command_positions("arm", target, now=hardware.now)
-            loop.cycle()
-            if np.abs(loop.positions() - start).max() > 1e-3:
-                return hardware.now
-        return None
-    immediate, late = first_motion(0.0), first_motion(0.1)
+
+def test_command_latency_delays_when_a_command_reaches_the_actuators():
+    def delayed(latency, gripper=False):
+        values = {"command_latency": latency}
+        return first_motion(BLOCK.scene(values), BLOCK.runtime(values), gripper)
+    immediate, late = delayed(0.0), delayed(0.1)
     assert late - immediate == pytest.approx(0.1, abs=0.01)
+    assert delayed(0.1, gripper=True) - delayed(0.0, gripper=True) == pytest.approx(0.1, abs=0.01)
+
+
+def test_a_perturbations_latency_adds_to_the_twins_fitted_latency():
+    fitted = replace(BLOCK.base_scene, dynamics=DynamicsSpec("franka_fr3", command_latency_s=0.04))
+    nominal = BLOCK.runtime(None)
+    base = first_motion(BLOCK.base_scene, nominal)
+    assert first_motion(fitted, nominal) - base == pytest.approx(0.04, abs=0.01)
+    assert first_motion(fitted, BLOCK.runtime({"command_latency": 0.1})) - base == pytest.approx(0.14, abs=0.01)
+    twin = Twin(fitted)
+    with pytest.raises(ValueError, match=r"command latency -0.01 s; expected a finite delay >= 0"):
+        twin.set_command_latency(-0.01)
+    assert twin.command_latency_s == 0.04

@@ -45,7 +45,6 @@ from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.policy import Observation, PolicyMetadata, PolicyRuntime, RuntimeConfig, load_policy, read_policy_config
 from r2s2r.policy.observation import JointLayout
-from r2s2r.search.perturbations import CommandDelay
 from r2s2r.sim.twin import Twin
 
 BACKENDS = ("process", "ray")
@@ -238,7 +237,6 @@ class TrialWorker:
         policy, config = self.policy(spec.policy, hardware.robot)
         runtime = PolicyRuntime(policy, config)
         runtime.reset()
-        delay = CommandDelay(task.runtime(values)["command_latency_s"])
         layout = JointLayout.from_robot(hardware.robot)
         controller = loop.controller
         start = twin.time
@@ -252,18 +250,14 @@ class TrialWorker:
             joints, grippers = layout.split(loop.sample())
             observation = Observation(now, joints, grippers, objects=task.object_poses(twin))
             command = runtime.step(now, observation)
-            if command is not None:
-                delay.push(now, command)
+            if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
+                for group, target in command.joints.items():
+                    controller.command_positions(group, target, now=now)
+                for gripper, opening in command.grippers.items():
+                    controller.command_gripper(gripper, [opening], now=now)
             tick += 1
             until = start + tick * period
-            while twin.time < until - 1e-9:
-                for due in delay.due(twin.time):
-                    for group, target in due.joints.items():
-                        controller.command_positions(group, target, now=twin.time)
-                    for gripper, opening in due.grippers.items():
-                        controller.command_gripper(gripper, [opening], now=twin.time)
-                # Every cycle up to the next command's arrival (or the tick's end) in one go.
-                loop.run_cycles(max(1, loop.cycles_until(min(until, delay.next_due()))))
+            loop.run_until(until)  # every cycle of the tick in one go
             task.step(twin)
             observer.tick(twin, loop, observation, command)
             if _unstable(twin) or task.done(twin):

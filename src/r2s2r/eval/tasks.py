@@ -18,10 +18,9 @@ One trial, as the runner drives it:
     task.new_episode(perturbation)                # fresh tracking state, this trial's values
     hardware = SimHardware(task.scene(perturbation), seed); hardware.connect()
     loop = ControlLoop(hardware)
-    task.start(hardware.twin); loop.hold_here()   # gains, initial joints; hold where it starts
-    delay = CommandDelay(task.runtime(perturbation)["command_latency_s"])
+    task.start(hardware.twin); loop.hold_here()   # gains, latency, initial joints; hold there
     every 1 / control_rate_hz: observation with objects=task.object_poses(twin) -> policy ->
-        delay.push(now, chunk); due commands -> loop.controller; loop.cycle() ...; task.step(twin)
+        command -> loop.controller; loop.run_until(next tick); task.step(twin)
         stop when task.done(twin) or time_limit_s has passed
     outcome = task.outcome(twin, timed_out)
 
@@ -129,8 +128,9 @@ class Task:
         return self.perturbations.runtime(perturbation)
 
     def start(self, twin) -> None:
-        """Per-trial set-up of a freshly reset twin built from scene(perturbation): actuator gains
-        and initial joints of this episode's perturbation, graspable objects' grip friction.
+        """Per-trial set-up of a freshly reset twin built from scene(perturbation): actuator gains,
+        command latency and initial joints of this episode's perturbation, graspable objects'
+        grip friction.
         The runner then calls loop.hold_here() so the controller holds where the arm starts."""
         apply_runtime(twin, self.runtime(self.perturbation))
         for name in self.graspable:

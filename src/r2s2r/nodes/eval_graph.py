@@ -4,8 +4,9 @@ the policy, and every joint state and command between them crosses DDS.
 For each trial (a TrialSpec, as the in-process runner takes it):
 
 - the task's perturbed scene goes to a DriverNode (backend sim, the trial's seed, no cameras,
-  paced at `real_time_factor`); the task's per-trial set-up (gains, initial joints, grip
-  friction) is applied to its twin under the driver's lock, and the driver holds there;
+  paced at `real_time_factor`); the task's per-trial set-up (gains, command latency, initial
+  joints, grip friction) is applied to its twin under the driver's lock, and the driver holds
+  there;
 - a PolicyNode (use_sim_time, commands at the task's control rate) observes /joint_states and
   publishes the group and gripper command topics the driver executes. A scripted expert also
   observes the privileged object poses; the contract has no topic for fixtures' poses, so
@@ -17,8 +18,9 @@ For each trial (a TrialSpec, as the in-process runner takes it):
 The two processes of the live graph run asynchronously, so a trial through the graph is not
 bit-identical to the in-process one (messages arrive a few milliseconds apart, inference
 runs off the tick), but its outcome is the same wherever the policy is not on the edge of
-failing. Command latency is the transport's own here: a perturbation with a command_latency
-factor cannot be reproduced and is refused.
+failing. A command_latency perturbation is the twin's, as in-process (Twin.set_command_latency
+delays the driver's setpoints on their way to the actuators); DDS adds its own few
+milliseconds on top.
 
 Run as `python -m r2s2r.nodes.eval_graph SPECS.json RESULTS.json [--real-time-factor F]`;
 eval.graph starts it (the evaluation layer itself never imports rclpy).
@@ -71,9 +73,6 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
     task = cache[spec.task]
     values = spec.values
     task.new_episode(values)
-    if task.runtime(values)["command_latency_s"] != 0.0:
-        raise ValueError(f"trial {spec.id}: command_latency {task.runtime(values)['command_latency_s']} s cannot be "
-                         "emulated through the graph (its latency is the transport's own); expected 0")
     context = Context()
     rclpy.init(context=context)
     executor = MultiThreadedExecutor(num_threads=3, context=context)

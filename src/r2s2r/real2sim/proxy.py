@@ -32,7 +32,6 @@ from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.real2sim.markers import Marker, add_markers
 from r2s2r.real2sim.params import TwinParameters
-from r2s2r.search.perturbations import CommandDelay
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin, build_scene_spec
 from r2s2r.skills.ik import ArmIK
@@ -121,10 +120,9 @@ class ProxyCell:
         params.apply(twin.model, self.hidden.values)
         self._offset_cameras(twin)
         twin.reset()
+        twin.set_command_latency(float(self.hidden.values.get("latency_s", 0.0)))  # hidden, like the rest
         loop = ControlLoop(hw)
         robot = twin.robot
-        latency = float(self.hidden.values.get("latency_s", 0.0))
-        delay = CommandDelay(latency)
         state_every = max(1, int(round(loop.rate_hz / robot.state_rate_hz)))
         frame_every = max(1, int(round(loop.rate_hz / frame_rate_hz))) if cameras else 0
         renderer = None
@@ -146,17 +144,13 @@ class ProxyCell:
                     while k < len(commands) and commands[k].time <= now + 1e-9:
                         c = commands[k]
                         k += 1
-                        delay.push(now, c)
                         stamp = RECORDER_CLOCK_S + now
                         if c.kind == "positions":
                             bag.positions(c.target, c.values, stamp)
+                            loop.controller.command_positions(c.target, c.values, now)
                         else:
                             bag.gripper(c.target, c.values[0], stamp)
-                    for due in delay.due(now):
-                        if due.kind == "positions":
-                            loop.controller.command_positions(due.target, due.values, now)
-                        else:
-                            loop.controller.command_gripper(due.target, due.values, now)
+                            loop.controller.command_gripper(c.target, c.values, now)
                     if cycle % state_every == 0:
                         bag.joint_sample(self._noisy(twin.joint_sample(), rng), RECORDER_CLOCK_S + now + STATE_TRANSPORT_S)
                     if frame_every and cycle % frame_every == 0:

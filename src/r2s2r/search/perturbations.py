@@ -63,15 +63,15 @@ space's distractors); a missing or foreign pool is an error naming the file and 
 expected. Only one variant factor per space.
 
 Scene factors are applied by `apply(scene, values)`; run-time ones (joint offsets, gains,
-latency) come out of `runtime(values)` and are applied by `apply_runtime(twin, settings)` and
-`CommandDelay`.
+latency) come out of `runtime(values)` and are applied by `apply_runtime(twin, settings)`: the
+latency by the twin itself (`Twin.set_command_latency`), which delays every arm and gripper
+setpoint on its way to the actuators.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -275,8 +275,9 @@ class PerturbationSpace:
         return _apply(scene, changed) if changed else scene
 
     def runtime(self, values: Mapping[str, float] | None) -> dict:
-        """What is applied outside the scene: `actuator_gain_scale` and `initial_joint_offsets`
-        (joint -> rad) by apply_runtime (Task.start), `command_latency_s` by the runner's CommandDelay."""
+        """What is applied outside the scene, by apply_runtime (Task.start): `actuator_gain_scale`,
+        `command_latency_s` (added to the twin's fitted latency) and `initial_joint_offsets`
+        (joint -> rad)."""
         values = self.complete(values)
         settings = {"actuator_gain_scale": 1.0, "command_latency_s": 0.0, "initial_joint_offsets": {}}
         for f in self.factors:
@@ -640,9 +641,11 @@ def load_space(path: str | Path, scene: Scene) -> PerturbationSpace:
 
 # -- run-time settings ---------------------------------------------------------------------------
 def apply_runtime(twin, settings: Mapping[str, Any]) -> None:
-    """Actuator gains and initial joint positions of a freshly reset twin. Idempotent: gains
-    are set from the RobotSpec, joints from its home pose, so calling it twice changes nothing."""
+    """Actuator gains, command latency and initial joint positions of a freshly reset twin.
+    Idempotent: gains are set from the RobotSpec, the latency on top of the twin's fitted one,
+    joints from the home pose, so calling it twice changes nothing."""
     robot, model, data = twin.robot, twin.model, twin.data
+    twin.set_command_latency(float(settings.get("command_latency_s", 0.0)))
     scale = float(settings.get("actuator_gain_scale", 1.0))
     for group in robot.groups:
         for k, joint in enumerate(group.joints):
@@ -662,31 +665,5 @@ def apply_runtime(twin, settings: Mapping[str, Any]) -> None:
         mujoco.mj_forward(model, data)
 
 
-@dataclass
-class CommandDelay:
-    """Commands take effect `latency_s` after they were issued (transport, controller latency).
-
-    push(now, command) queues one; due(now) returns, oldest first, those whose time has come."""
-
-    latency_s: float = 0.0
-    _queue: deque = field(default_factory=deque)
-
-    def push(self, now: float, command: Any) -> None:
-        self._queue.append((now + self.latency_s, command))
-
-    def due(self, now: float) -> list:
-        out = []
-        while self._queue and self._queue[0][0] <= now + 1e-9:
-            out.append(self._queue.popleft()[1])
-        return out
-
-    def next_due(self) -> float:
-        """When the oldest queued command takes effect (inf when none is queued)."""
-        return self._queue[0][0] if self._queue else float("inf")
-
-    def clear(self) -> None:
-        self._queue.clear()
-
-
 __all__ = ["PerturbationSpace", "Factor", "PoolVariant", "NO_VARIANT", "KINDS", "RUNTIME_KINDS", "COLOURS", "parse_space", "load_space",
-           "apply_runtime", "CommandDelay"]
+           "apply_runtime"]

@@ -6,6 +6,7 @@ evaluation engine both use it through `hardware.SimHardware`.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -124,10 +125,11 @@ class Twin:
         self.spec = build_scene_spec(scene) if spec is None else spec
         self.model = self.spec.compile()
         # Fitted dynamics (the scene's `dynamics` file) replace the RobotSpec's values after compiling.
-        self.command_latency_s = 0.0
+        self.fitted_latency_s = 0.0  # the cell's own command latency, as system identification found it
         if scene.dynamics is not None:
             apply_dynamics(self.model, scene.dynamics, [o.name for o in scene.objects])
-            self.command_latency_s = float(scene.dynamics.command_latency_s)
+            self.fitted_latency_s = float(scene.dynamics.command_latency_s)
+        self.command_latency_s = self.fitted_latency_s
         self._delayed: deque = deque()  # (due time, actuator ids, values) while commands are delayed
         self.data = mujoco.MjData(self.model)
         self.seed = scene.seed if seed is None else seed
@@ -197,9 +199,19 @@ class Twin:
     def timestep(self) -> float:
         return float(self.model.opt.timestep)
 
+    def set_command_latency(self, extra_s: float = 0.0) -> None:
+        """Commands reach the actuators `extra_s` later than the cell's fitted latency alone has
+        them (a perturbation's added delay, a proxy cell's hidden one); commands in flight are
+        dropped. The one place a command's latency is modelled: the same for a trial in-process,
+        through the ROS graph and in a recorded cell."""
+        if not (math.isfinite(extra_s) and extra_s >= 0.0):
+            raise ValueError(f"command latency {extra_s!r} s; expected a finite delay >= 0")
+        self.command_latency_s = self.fitted_latency_s + float(extra_s)
+        self._delayed.clear()
+
     def set_arm_targets(self, positions: np.ndarray) -> None:
         """Position targets of every arm joint, in `joint_names` order (they reach the actuators
-        `command_latency_s` later when the scene's fitted dynamics have a latency)."""
+        `command_latency_s` later: the fitted latency and any set by set_command_latency)."""
         if self.command_latency_s > 0:
             self._delay(self._arm_ctrl, positions)
         else:
