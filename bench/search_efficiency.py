@@ -2,16 +2,18 @@
 budget on franka_block_in_bowl with its scripted expert, as ratios to uniform sampling, over
 several seeds.
 
-Distinct clusters are counted against one reference atlas per seed, built from every
-sampler's trials of that seed together (so no sampler's clusters are judged by its own
-sampling density): a sampler has found a reference cluster when at least FOUND of its
-failures (the atlas's smallest cluster) have that cluster's stage and lie in its region; how
-many it merely touched (one failure) is printed too. Refinement is off: only the samplers'
-proposals count.
+Distinct clusters are counted against one reference atlas, the map of the failure modes the
+space has: the atlas of a dense Sobol sample of the same space (--reference trials, 4096 by
+default, seed REFERENCE_SEED), the same for every sampler and seed. A sampler has found a
+reference cluster when at least FOUND of its failures (the atlas's smallest cluster) have that
+cluster's stage and lie in its region; how many it merely touched (one failure) is printed
+too. (An earlier version built the reference from the compared samplers' own trials pooled;
+changing one sampler then moved the others' ratios by up to 0.25, so no sampler could be
+judged on its own.) Refinement is off: only the samplers' proposals count.
 
 Target: CEM and TPE find at least 3x the failures of uniform sampling and at least 1.5x the
 clusters. Usage:
-    python bench/search_efficiency.py [--budget 500] [--seeds 0,1,2] [--workers 2]
+    python bench/search_efficiency.py [--budget 500] [--seeds 0,1,2] [--workers 2] [--reference 4096]
                                       [--factors a,b,...] [--envelope operating] [--control-rate HZ]
                                       [--store FILE]
 By default the search stays within the task's `operating` envelope (config/perturbations/
@@ -33,13 +35,13 @@ import numpy as np
 
 from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
-from r2s2r.search.atlas import build_atlas
 from r2s2r.search.campaign import SearchSpace, run_search
 from r2s2r.search.samplers import SAMPLERS
 
 TASK = "franka_block_in_bowl"
 POLICY = f"scripted:{TASK}"
 FOUND = 3  # failures in a cluster's region that make it found (build_atlas's min_size)
+REFERENCE_SEED = 1000  # the reference sample's, apart from the compared searches' seeds
 # What the block, the bowl and the robot can vary, with the colours and the light as nuisance
 # factors the state-based expert never sees (they only make the space larger).
 FACTORS = ("block_x", "block_y", "block_yaw", "block_scale", "block_mass_scale", "block_friction", "bowl_x", "bowl_y",
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=500)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--reference", type=int, default=4096, help="Sobol trials of the reference atlas")
     parser.add_argument("--factors", default=",".join(FACTORS), help="factors to search ('' for every factor)")
     parser.add_argument("--envelope", default="operating", help="the space's envelope to search in ('' for none)")
     parser.add_argument("--control-rate", type=float, default=None)
@@ -68,6 +71,14 @@ def main() -> None:
     clusters = {s: [] for s in SAMPLERS}
     touched = {s: [] for s in SAMPLERS}
     with TrialStore(args.store) as store:
+        start = time.perf_counter()
+        mapped = run_search(task, POLICY, args.reference, "sobol", REFERENCE_SEED, factors=factors, workers=args.workers,
+                            store=store, refine_steps=0, control_rate_hz=args.control_rate, envelope=envelope,
+                            progress=False)
+        reference = mapped.atlas
+        print(f"reference: {args.reference} Sobol trials, {reference.failures} failures, {len(reference.clusters)} "
+              f"clusters ({time.perf_counter() - start:.0f} s): "
+              + "; ".join(f"{c.stage} ({c.size}) where {c.describe()}" for c in reference.clusters), flush=True)
         for seed in seeds:
             runs = {}
             for sampler in SAMPLERS:
@@ -78,17 +89,12 @@ def main() -> None:
                                            progress=False).results
                 print(f"seed {seed} {sampler:>7}: {sum(not r.success for r in runs[sampler]):4d} failures "
                       f"({time.perf_counter() - start:.0f} s)", flush=True)
-            pooled = [r for results in runs.values() for r in results]
-            unique = list({r.id: r for r in pooled}.values())
-            reference = build_atlas(unique, task.perturbations, space.names)
-            print(f"seed {seed}: reference atlas of {len(unique)} trials, {len(reference.clusters)} clusters: "
-                  + "; ".join(f"{c.stage} where {c.describe()}" for c in reference.clusters))
             for sampler, results in runs.items():
                 failed = [r for r in results if not r.success]
                 hits = Counter()
                 for r in failed:
-                    full = task.perturbations  # the reference atlas's units
-                    u = np.array([full.factor(n).to_unit(r.perturbation.get(n, full.factor(n).nominal))
+                    searched = space.space  # the reference atlas's units: the searched space's
+                    u = np.array([searched.factor(n).to_unit(r.perturbation.get(n, searched.factor(n).nominal))
                                   for n in space.names])
                     cluster = reference.cluster_of(u, r.stage)
                     if cluster is not None:

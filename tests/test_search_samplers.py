@@ -10,7 +10,7 @@ import pytest
 
 from r2s2r.search.atlas import build_atlas
 from r2s2r.search.refine import Boundary, bisect
-from r2s2r.search.samplers import SAMPLERS, CEMSampler, make_sampler
+from r2s2r.search.samplers import NEAR_MISS, SAMPLERS, CEMSampler, TPESampler, make_sampler
 from r2s2r.search.perturbations import parse_space
 from r2s2r.sim.scene import parse_scene
 
@@ -103,6 +103,38 @@ def test_cem_shares_its_draws_between_failure_stages():
     points = sampler.ask(400)
     near_rare = np.linalg.norm(points - [0.11, 0.1], axis=1) < 0.15
     assert 0.3 < near_rare.mean() < 0.7  # about half, though the rare stage has 5% of the elites
+
+
+def test_cem_shares_a_stages_draws_between_the_regions_it_fails_in():
+    rng = np.random.default_rng(3)
+    big = np.column_stack([0.85 + 0.05 * rng.random(40), 0.85 + 0.05 * rng.random(40)])  # found and sampled
+    small = np.column_stack([0.1 + 0.05 * rng.random(5), 0.1 + 0.05 * rng.random(5)])  # found once or twice
+    points = np.vstack([big, small, [[0.5, 0.5]] * 10])
+    margins, stages = [-1.0] * 45 + [1.0] * 10, ["fall"] * 45 + ["success"] * 10
+
+    def near_small(**options):
+        sampler = CEMSampler(2, seed=0, warmup=0, explore=0.0, **options)
+        sampler.tell(points, margins, stages)
+        return float((np.linalg.norm(sampler.ask(400) - 0.125, axis=1) < 0.15).mean())
+    assert near_small(balance_radius=0.0) < 0.2  # as many as its 5 of the 45 elites: about 11 %
+    assert 0.3 < near_small() < 0.7  # balanced: about half
+
+
+def test_tpe_gives_each_failure_stage_a_study_and_the_near_miss_study_half_a_share():
+    sampler = TPESampler(2, seed=0, startup=0)
+    assert [key for key, _ in (sampler.ask(10), sampler._asked)[1]] == [NEAR_MISS] * 10  # no failure yet
+    sampler.tell(sampler.ask(10) * 0 + 0.5, [1.0] * 10, ["success"] * 10)
+    rng = np.random.default_rng(1)
+    points = rng.random((30, 2))
+    stages = ["a" if x > 0.7 else "b" if y > 0.7 else "success" for x, y in points]
+    sampler.tell(points, [-1.0 if st != "success" else 1.0 for st in stages], stages)
+    assert set(sampler.studies) == {NEAR_MISS, "a", "b"}
+    sampler.ask(300)
+    shares = {key: sum(k == key for k, _ in sampler._asked) / 300 for key in sampler.studies}
+    assert shares[NEAR_MISS] == pytest.approx(0.2, abs=0.06)  # 0.5 / 2.5
+    assert shares["a"] == pytest.approx(0.4, abs=0.08) and shares["b"] == pytest.approx(0.4, abs=0.08)
+    with pytest.raises(ValueError, match="near_miss_share 0; expected 0 < near_miss_share <= 1"):
+        TPESampler(2, near_miss_share=0)
 
 
 def test_unknown_sampler_and_empty_space_are_refused():
