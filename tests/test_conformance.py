@@ -25,6 +25,7 @@ from r2s2r.contract.interface import SIM_ONLY_PREFIXES, driver_interface
 from r2s2r.robots import get_robot
 from tests.graph import node_interface, qos_of
 from tests.ros_helpers import REPO
+from tests.waiting import wait_for
 
 TOLERANCE = 3e-3  # rad: two Dynamixel ticks; the twin and the other peers land well inside it
 GRIPPER_TOLERANCE = 3e-3  # m
@@ -141,8 +142,12 @@ def run_sequence(client, robot) -> dict:
 
 
 def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name="client"):
-    proc = stack_process(stack, env=env, pythonpath=pythonpath)
     client = ros_client()
+    # The test's clients share one DDS participant, which forgets a stopped driver when its
+    # goodbye arrives or, if that is lost, when its lease runs out: this graph must not count
+    # the endpoints of the driver run before.
+    assert wait_for(lambda: client.node.count_publishers("/joint_states") == 0, 30), "an earlier driver lingers"
+    proc = stack_process(stack, env=env, pythonpath=pythonpath)
     client.wait_for_joint_states(60)
     contract = driver_interface(robot.group_names, [g.name for g in robot.grippers], simulated=False)
     interface = node_interface(client.node, "driver",
