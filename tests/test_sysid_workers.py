@@ -3,7 +3,6 @@ once per worker), and a fit whose CMA-ES generations run on 2 worker processes o
 giving the one-worker fit bit for bit. A 1 s proxy-real excitation episode, 2 global generations
 and 1 least-squares iteration: the same work as a real fit, in a few seconds."""
 
-import importlib.util
 import os
 import sys
 import time
@@ -117,7 +116,6 @@ def test_ray_without_episode_files_is_refused(excitation):
         fit(excitation[0], [], NAMES, backend="ray")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (r2s2r[ray])")
 def test_a_fits_generations_on_ray_give_the_process_pools_costs(fits, excitation, monkeypatch):
     # Ray's workers import this module (check_map's function and context) by its name.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), subprocess_env()["PYTHONPATH"]]))
