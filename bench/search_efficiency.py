@@ -79,6 +79,7 @@ def main() -> None:
         print(f"reference: {args.reference} Sobol trials, {reference.failures} failures, {len(reference.clusters)} "
               f"clusters ({time.perf_counter() - start:.0f} s): "
               + "; ".join(f"{c.stage} ({c.size}) where {c.describe()}" for c in reference.clusters), flush=True)
+        searched = [space.space.names.index(n) for n in space.names]  # the searched factors' coordinates
         for seed in seeds:
             runs = {}
             for sampler in SAMPLERS:
@@ -92,11 +93,8 @@ def main() -> None:
             for sampler, results in runs.items():
                 failed = [r for r in results if not r.success]
                 hits = Counter()
-                for r in failed:
-                    searched = space.space  # the reference atlas's units: the searched space's
-                    u = np.array([searched.factor(n).to_unit(r.perturbation.get(n, searched.factor(n).nominal))
-                                  for n in space.names])
-                    cluster = reference.cluster_of(u, r.stage)
+                for r in failed:  # in the reference atlas's units: the searched space's, as build_atlas takes them
+                    cluster = reference.cluster_of(space.space.to_unit(r.perturbation)[searched], r.stage)
                     if cluster is not None:
                         hits[cluster.index] += 1
                 failures[sampler].append(len(failed))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from r2s2r.eval.runner import send_command
 from r2s2r.eval.tasks import Outcome, Task
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
@@ -51,10 +52,7 @@ def run_trial(task: Task, perturbation: dict | None = None, seed: int = 0, polic
         now = twin.time
         command = runtime.step(now, observe(task, loop, layout))
         if command is not None:  # the perturbation's latency is the twin's (task.start)
-            for group, target in command.joints.items():
-                loop.controller.command_positions(group, target, now=now)
-            for gripper, opening in command.grippers.items():
-                loop.controller.command_gripper(gripper, [opening], now=now)
+            send_command(loop.controller, command, now)
         tick += 1
         while twin.time < tick * period - 1e-9:
             loop.cycle()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.camera_helpers import CameraListener, MjpegServer, frame_index, make_video
-from tests.waiting import wait_for
+from r2s2r.waiting import wait_for
 from r2s2r.camera.info import CameraCalibration, write_calibration
 from r2s2r.contract import convert
 

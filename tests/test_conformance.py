@@ -25,7 +25,7 @@ from r2s2r.contract.interface import SIM_ONLY_PREFIXES, driver_interface
 from r2s2r.robots import get_robot
 from tests.graph import node_interface, qos_of
 from tests.ros_helpers import REPO
-from tests.waiting import wait_for
+from r2s2r.waiting import wait_for
 
 TOLERANCE = 3e-3  # rad: two Dynamixel ticks; the twin and the other peers land well inside it
 GRIPPER_TOLERANCE = 3e-3  # m

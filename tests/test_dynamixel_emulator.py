@@ -24,7 +24,7 @@ from dynamixel_sdk.protocol2_packet_handler import (  # noqa: E402
     ERRNUM_ACCESS, ERRNUM_CRC, ERRNUM_DATA_LENGTH, ERRNUM_DATA_LIMIT, ERRNUM_DATA_RANGE,
     Protocol2PacketHandler)
 
-from tests.waiting import wait_for  # noqa: E402
+from r2s2r.waiting import wait_for  # noqa: E402
 from tests.emulators.dynamixel_emulator import (  # noqa: E402
     ALOHA_JOINTS, BROADCAST_ID, INST_READ, INST_WRITE, DynamixelBus, build_packet,
     build_status, crc16, stuff, unstuff, viperx_follower)

@@ -14,7 +14,7 @@ import pytest
 from xarm.core.config.x_config import XCONF  # noqa: E402
 from xarm.wrapper import XArmAPI  # noqa: E402
 
-from tests.waiting import wait_for
+from r2s2r.waiting import wait_for
 from tests.emulators.xarm_emulator import (  # noqa: E402
     ERROR_END_EFFECTOR_COMM, ERROR_JOINT_LIMIT, MAX_JOINT_SPEED, XARM7_JOINT_LIMITS,
     Reg, State, XArmControllerModel, XArmEmulator)

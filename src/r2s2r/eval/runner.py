@@ -251,10 +251,7 @@ class TrialWorker:
             observation = Observation(now, joints, grippers, objects=task.object_poses(twin))
             command = runtime.step(now, observation)
             if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
-                for group, target in command.joints.items():
-                    controller.command_positions(group, target, now=now)
-                for gripper, opening in command.grippers.items():
-                    controller.command_gripper(gripper, [opening], now=now)
+                send_command(controller, command, now)
             tick += 1
             until = start + tick * period
             loop.run_until(until)  # every cycle of the tick in one go
@@ -273,6 +270,15 @@ class TrialWorker:
                            control_rate_hz=spec.control_rate_hz, perturbation=values, success=bool(outcome.success),
                            margin=float(outcome.margin), stage=str(outcome.stage), sim_time_s=twin.time - start,
                            wall_s=time.perf_counter() - wall0, metrics=metrics)
+
+
+def send_command(controller, command, now: float) -> None:
+    """A policy's Command into the driver's JointController, as driver_node's topics deliver it:
+    each group's targets, each gripper's opening."""
+    for group, target in command.joints.items():
+        controller.command_positions(group, target, now=now)
+    for gripper, opening in command.grippers.items():
+        controller.command_gripper(gripper, [opening], now=now)
 
 
 def _unstable(twin) -> bool:
@@ -503,4 +509,4 @@ def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[st
 
 
 __all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "TrialError", "Planned", "TrialPool",
-           "JobContext", "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]
+           "JobContext", "send_command", "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]

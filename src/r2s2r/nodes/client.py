@@ -5,8 +5,7 @@ tests use to command any robot (twin or real) and read it back.
 from __future__ import annotations
 
 import threading
-import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import rclpy
@@ -20,6 +19,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract import JointSample, Topics
 from r2s2r.contract import convert, qos
+from r2s2r.waiting import wait_for
 
 
 class RobotClient:
@@ -90,13 +90,7 @@ class RobotClient:
             msg = self._images.get(camera)
         return None if msg is None else convert.image_array(msg)
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float, poll: float = 0.01) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            time.sleep(poll)
-        return predicate()
+    wait_for = staticmethod(wait_for)  # client.wait_for(predicate, timeout): r2s2r.waiting's
 
     def wait_for_joint_states(self, timeout: float = 10.0) -> JointSample:
         if not self.wait_for(lambda: self.joints is not None, timeout):

@@ -25,10 +25,10 @@ every run, resumed or not, whatever the number of workers.
   draws between stages). The near-miss study minimises the margin of successes and ranks
   every failure below them, so it leads along the failure boundaries toward modes not yet
   found rather than back into the ones it knows; it proposes everything until a failure is
-  found, then half a stage study's share (`near_miss_share`). Each failure stage found gets a study of its own, where
-  failing at that stage is best and the failures farthest from the stage's earlier ones rank
-  first (without that tie-break the good set would be the stage's first failures, and TPE
-  would keep to the first region it found). Few expected-improvement candidates per draw
+  found, then half a stage study's share (`near_miss_share`). Each failure stage found gets
+  a study of its own, where failing at that stage is best and the failures farthest from the
+  stage's earlier ones rank first (without that tie-break the good set would be the stage's
+  first failures, and TPE would keep to the first region it found). Few expected-improvement candidates per draw
   (4, optuna's default is 24) keep TPE sampling across its good set's regions rather than
   only at the densest one.
 """
@@ -135,34 +135,34 @@ class CEMSampler(Sampler):
         n_explore = int(round(self.explore * n))
         out = [self.rng.random((n_explore, self.dim))]
         names = list(groups)
-        balance = {name: self._balance(self.points[groups[name]]) for name in names}
+        stages = {name: self._stage(self.points[groups[name]]) for name in names}
         for k in range(n - n_explore):
-            name = names[self.rng.integers(len(names))]  # each stage an equal share
-            members = groups[name]
-            stage_points = self.points[members]
-            centre = stage_points[self.rng.choice(len(members), p=balance[name])]
-            spread = stage_points.std(axis=0) if len(members) > 1 else np.full(self.dim, self.max_width)
-            if 0 < self.neighbours < len(members):
+            stage_points, spread, scale, balance = stages[names[self.rng.integers(len(names))]]  # stages share equally
+            centre = stage_points[self.rng.choice(len(stage_points), p=balance)]
+            if 0 < self.neighbours < len(stage_points):
                 # Nearest in the stage's own scaling: factors its failures spread over count less.
-                scaled = (stage_points - centre) / np.maximum(spread, self.min_width)
+                scaled = (stage_points - centre) / scale
                 nearest = stage_points[np.argsort(np.einsum("ij,ij->i", scaled, scaled), kind="stable")[:self.neighbours]]
                 spread = nearest.std(axis=0)
             width = np.clip(spread, self.min_width, self.max_width)
             out.append(_reflect(centre + width * self.rng.standard_normal(self.dim))[None])
         return np.vstack(out)
 
-
-    def _balance(self, points: np.ndarray) -> np.ndarray:
-        """How likely each of a stage's elites is to be a draw's centre: inversely to how many of
-        the stage's elites lie near it (within `balance_radius` in the stage's own scaling, where
-        the factors its failures spread over count less), so each region a stage fails in gets a
-        comparable share of the draws, not the region found first or sampled most."""
+    def _stage(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A stage's elites as its draws use them: the points, their spread per factor, the
+        stage's own scaling (that spread, at least min_width), and how likely each point is to
+        be a draw's centre: inversely to how many of the stage's elites lie near it (within
+        `balance_radius` in that scaling, where the factors its failures spread over count
+        less), so each region a stage fails in gets a comparable share of the draws, not the
+        region found first or sampled most."""
+        spread = points.std(axis=0) if len(points) > 1 else np.full(self.dim, self.max_width)
+        scale = np.maximum(spread, self.min_width)
         if len(points) < 2 or self.balance_radius <= 0:
-            return np.full(len(points), 1.0 / len(points))
-        scaled = points / np.maximum(points.std(axis=0), self.min_width)
+            return points, spread, scale, np.full(len(points), 1.0 / len(points))
+        scaled = points / scale
         gaps = np.linalg.norm(scaled[:, None, :] - scaled[None, :, :], axis=2)
         weights = 1.0 / (gaps < self.balance_radius * np.sqrt(self.dim)).sum(axis=1)
-        return weights / weights.sum()
+        return points, spread, scale, weights / weights.sum()
 
 
 class TPESampler(Sampler):
