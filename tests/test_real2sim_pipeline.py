@@ -161,9 +161,18 @@ def test_grasp_and_release_checks_on_the_cell():
 
 
 def test_variants_change_one_factor_consistently_and_keep_only_valid_ones():
+    from dataclasses import replace
+
     from r2s2r.real2sim.variants import apply, generate
-    raised = apply(SCENE, "support_height", None, 0.03)
-    assert raised.table.height == pytest.approx(0.03)
+    # The cell's arm is bolted to its table: a higher table carries the arm, so in the arm's
+    # frame only the room moves (the lights), and every pose stays.
+    carried = apply(SCENE, "support_height", None, 0.03)
+    assert (carried.table, carried.objects, carried.cameras) == (SCENE.table, SCENE.objects, SCENE.cameras)
+    assert [lt.pos[2] for lt in carried.lights] == pytest.approx([lt.pos[2] - 0.03 for lt in SCENE.lights])
+    # An arm on a pedestal in front of the table: the table and what is on it rise around it.
+    beside = replace(SCENE, table=replace(SCENE.table, center=(0.65, 0.0), size=(0.5, 1.2, 0.04)))
+    raised = apply(beside, "support_height", None, 0.03)
+    assert raised.table.height == pytest.approx(0.03) and raised.lights == SCENE.lights
     for a, b in zip(SCENE.objects, raised.objects):
         assert b.pos[2] == pytest.approx(a.pos[2] + 0.03)  # everything on the support moves with it
     assert raised.cameras[0].pos[2] == pytest.approx(SCENE.cameras[0].pos[2] + 0.03)

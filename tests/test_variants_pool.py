@@ -4,6 +4,7 @@ space's other factors on top, through the trial runner deterministically; a pool
 the task's scene's is an error at load time."""
 
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -149,18 +150,36 @@ def test_the_variant_is_what_the_twin_is_compiled_from_and_the_other_factors_app
     assert twin.model.geom_friction[geom][0] == pytest.approx(0.8)
     np.testing.assert_allclose(twin.model.geom_rgba[geom], [0.15, 0.3, 0.85, 1.0], atol=1e-6)
 
-    # The raised support carries the block, the bowl and the world camera; bowl_x moves the raised bowl.
+    # The FR3 is bolted to the table, so a raised table carries it and the whole cell: in the
+    # robot's frame only the light is lower. bowl_x and camera_x apply as on the task's scene.
     twin = twin_at({"scene_variant": raised, "bowl_x": 0.05, "camera_x": 0.02})
     top = twin.model.geom("table_top").id
-    assert twin.data.geom_xpos[top][2] + twin.model.geom_size[top][2] == pytest.approx(0.03)
-    assert twin.data.body("bowl").xpos == pytest.approx([0.5, -0.18, 0.03])
-    assert twin.data.body("block").xpos[2] == pytest.approx(0.055)
+    assert twin.data.geom_xpos[top][2] + twin.model.geom_size[top][2] == pytest.approx(0.0)
+    assert twin.data.body("bowl").xpos == pytest.approx([0.5, -0.18, 0.0])
+    assert twin.data.body("block").xpos[2] == pytest.approx(0.025)
     cam = m0.camera("scene").id
-    assert twin.data.cam_xpos[cam] - nominal.data.cam_xpos[cam] == pytest.approx([0.02, 0.0, 0.03], abs=1e-9)
+    assert twin.data.cam_xpos[cam] - nominal.data.cam_xpos[cam] == pytest.approx([0.02, 0.0, 0.0], abs=1e-9)
+    key = m0.light("key").id
+    assert twin.model.light_pos[key] - m0.light_pos[key] == pytest.approx([0.0, 0.0, -0.03], abs=1e-9)
 
     # The space's distractors come on top of a variant's own.
     crowded = twin_at({"scene_variant": index_of("distractors", 2.0), "distractors": 1})
     assert crowded.object_names == ("block", "variant_distractor_0", "variant_distractor_1", "distractor_0")
+
+
+def test_a_raised_support_carries_a_robot_bolted_to_it_and_rises_around_one_beside_it():
+    scene = BLOCK.base_scene  # the FR3's base stands on the table, inside its footprint
+    carried = variants.apply(scene, "support_height", None, 0.03)
+    assert (carried.table, carried.objects, carried.fixtures, carried.cameras) == \
+        (scene.table, scene.objects, scene.fixtures, scene.cameras)
+    assert carried.lights[0].pos[2] == pytest.approx(scene.lights[0].pos[2] - 0.03)
+    # A table that starts in front of the robot's pedestal rises alone, the block and the bowl with it.
+    beside = replace(scene, table=replace(scene.table, center=(0.75, 0.0), size=(0.6, 1.2, 0.04)))
+    raised = variants.apply(beside, "support_height", None, 0.03)
+    assert raised.table.height == pytest.approx(0.03) and raised.lights == scene.lights
+    assert raised.objects[0].pos[2] == pytest.approx(0.055) and raised.fixtures[0].pos[2] == pytest.approx(0.03)
+    high, low = Twin(raised), Twin(beside)
+    assert high.data.body("fr3_link0").xpos == pytest.approx(low.data.body("fr3_link0").xpos)  # on its pedestal
 
 
 class _Compiled(TrialObserver):

@@ -8,7 +8,7 @@ everything that depends on it:
 | `geometry` | object | scale of every extent | the object's collision and visual geom (one primitive is both), its mass (same density), its height above the support (it stays on it) |
 | `pose_x`, `pose_y` | object | offset, m | its position |
 | `pose_yaw` | object | rotation about the vertical, rad | its orientation |
-| `support_height` | - | offset of the support's top, m | the table, every object resting on it, every fixture on it, the cameras mounted in the world, the robot's own world cameras included (they look at the same cell); the robot stays on its own mount (`RobotSpec.mount_pos`), which is where a real cell keeps it |
+| `support_height` | - | offset of the support's top, m | the table, every object resting on it, every fixture on it, the cameras mounted in the world, the robot's own world cameras included (they look at the same cell), when the robot stands on a pedestal beside the support: the work surface moves relative to the robot. When the robot's base stands on the support (in its footprint, at its top), as an arm bolted to its table does, the support carries the robot's mount and the whole cell rises together: in the robot's frame, which the twin and its policies share, only the room moves, so the lights move by -value and every pose stays |
 | `material` | object | sliding friction | the object's friction (it governs its contacts in alignment's twins) |
 | `colour` | object | index into `COLOURS` | its RGBA |
 | `distractors` | - | how many small boxes are added in free spots of the support (away from the objects, the fixtures and the robot's base) | new objects `variant_distractor_<i>`, validated like the rest |
@@ -45,6 +45,7 @@ import yaml
 
 from r2s2r.real2sim.reconstruct import scene_dict
 from r2s2r.real2sim.validate import SceneInvalid, validate
+from r2s2r.robots import get_robot
 from r2s2r.search.perturbations import COLOURS
 from r2s2r.sim.fixtures import FixtureSpec
 from r2s2r.sim.scene import ObjectSpec, Scene, parse_scene
@@ -71,6 +72,15 @@ def _resting_on_support(scene: Scene, obj: ObjectSpec) -> bool:
     if scene.table is None:
         return False
     return abs(obj.pos[2] - obj.half_height - scene.table.height) < 0.005
+
+
+def _robot_on_support(scene: Scene) -> bool:
+    """The robot's base stands on the support: within its footprint, at its top (5 mm, as for
+    objects and fixtures), as an arm bolted to its table does; not one on a pedestal beside it."""
+    t = scene.table
+    x, y, z = get_robot(scene.robot).mount_pos
+    inside = abs(x - t.center[0]) <= t.size[0] / 2 and abs(y - t.center[1]) <= t.size[1] / 2
+    return inside and abs(z - t.height) < 0.005
 
 
 def _yaw_quat(quat, dyaw: float) -> tuple[float, ...]:
@@ -113,6 +123,11 @@ def apply(scene: Scene, factor: str, target: str | None, value: float) -> Scene:
     elif factor == "support_height":
         if scene.table is None:
             raise ValueError("variant support_height: the scene has no table")
+        if _robot_on_support(scene):
+            # The support carries the robot's mount, so the whole cell rises together: in the
+            # robot's frame, the one the twin and its policies work in, only the room moves.
+            lights = tuple(replace(lt, pos=(lt.pos[0], lt.pos[1], lt.pos[2] - value)) for lt in scene.lights)
+            return replace(scene, lights=lights)
         objects = [replace(o, pos=(o.pos[0], o.pos[1], o.pos[2] + value)) if _resting_on_support(scene, o) else o
                    for o in objects]
         table = replace(scene.table, height=scene.table.height + value)
