@@ -5,7 +5,8 @@ that goes silent brakes to a stop within the limits."""
 import math
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from r2s2r.contract import CommandError, JointSample
@@ -75,8 +76,17 @@ command = st.one_of(
 stream = st.lists(st.tuples(st.integers(0, 400), command, st.integers(1, 5)), min_size=1, max_size=25)
 
 
+def _between_limits(u):
+    return list(LIMITS.lower + (LIMITS.upper - LIMITS.lower) * np.array(u))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream)
+# Found by hypothesis: jumps between the lower and upper limits, then silence; joint 7 crept onto
+# its lower limit and the position clamp stopped it at 11 rad/s^2 (the filter now brakes ahead).
+@example([(0, _between_limits([0.0] * 7), 1), (83, _between_limits([0.0] * 6 + [1.0]), 1),
+          (89, _between_limits([0.0] * 7), 1), (143, [], 1), (291, _between_limits([0.0] * 6 + [1.0]), 1),
+          (147, _between_limits([0.0] * 7), 1), (214, [], 1), (242, [], 1)])
 def test_hostile_streams_never_break_a_limit(events):
     hw = RecordingHardware(FR3)
     loop = ControlLoop(hw, 1000.0)
@@ -117,6 +127,16 @@ def test_a_steady_stream_is_not_stopped_by_the_watchdog():
             loop.controller.command_positions("arm", target, hw.now)
         loop.cycle()
     assert loop.controller.stats.watchdog_stops == 0
+
+
+def test_filter_brakes_ahead_of_a_position_limit_and_stops_on_it():
+    f = SafetyFilter(SafetyLimits.of(FR3), 1e-3, FR3.home_positions)
+    setpoint = FR3.home_positions.copy()
+    setpoint[0] = LIMITS.upper[0] + 1.0  # beyond the limit: clamped onto it, approached at full speed
+    written = [f(setpoint) for _ in range(4000)]
+    assert_within_limits(written, 1e-3)
+    assert written[-1][0] == pytest.approx(LIMITS.upper[0], abs=1e-9) and f.velocity[0] == 0.0
+    assert f.interventions["position_limit"] > 0
 
 
 def test_filter_counts_each_intervention_with_its_reason():

@@ -41,6 +41,14 @@ def _clip(x, lo, hi):
     return lo if x < lo else (hi if x > hi else x)
 
 
+@njit(inline="always")
+def _stopping_speed(distance, a, dt):
+    """The fastest speed at `distance` (>= 0) from a point from which braking at `a` per cycle
+    of `dt` still stops on it; within one cycle of braking, creep the last bit at most a * dt."""
+    distance = max(distance, 0.0)
+    return max(math.sqrt(2.0 * a * distance) - a * dt, min(distance / dt, a * dt))
+
+
 @_compiled(f"void({_V}, {_V}, {_V}, {_V}, boolean, float64, {_V}, {_V})")
 def limiter_step(position, velocity, target, target_velocity, land, dt, vmax, amax):
     """Move `position` (in place) one cycle toward `target` with bounded velocity and acceleration.
@@ -52,7 +60,7 @@ def limiter_step(position, velocity, target, target_velocity, land, dt, vmax, am
         a = amax[i]
         error = target[i] - position[i]
         magnitude = abs(error)
-        approach = max(math.sqrt(2.0 * a * magnitude) - a * dt, min(magnitude / dt, a * dt))
+        approach = _stopping_speed(magnitude, a, dt)
         desired = approach if error > 0 else (-approach if error < 0 else 0.0)
         desired = _clip(desired + target_velocity[i], -vmax[i], vmax[i])
         velocity[i] += _clip(desired - velocity[i], -a * dt, a * dt)
@@ -67,7 +75,11 @@ def limiter_step(position, velocity, target, target_velocity, land, dt, vmax, am
 @_compiled(f"void({_V}, {_V}, {_V}, float64, {_V}, {_V}, {_V}, {_V}, int64[::1])")
 def safety_step(position, velocity, setpoint, dt, lower, upper, vmax, amax, counts):
     """Clamp one finite setpoint into the limits, updating the filter's `position` and `velocity`
-    in place; counts[reason] goes up by one for each kind of limit this cycle needed."""
+    in place; counts[reason] goes up by one for each kind of limit this cycle needed.
+
+    Toward a position limit the filter moves no faster than it can still stop at the limit
+    within amax, so it brakes ahead of the limit instead of being stopped by it (a stop by
+    clipping the position would take more than amax)."""
     hit_position = hit_velocity = hit_acceleration = False
     for i in range(position.shape[0]):
         clamped = _clip(setpoint[i], lower[i], upper[i])
@@ -77,12 +89,20 @@ def safety_step(position, velocity, setpoint, dt, lower, upper, vmax, amax, coun
         limited = _clip(v, -vmax[i], vmax[i])
         if limited != v:
             hit_velocity = True
-        wanted = limited - velocity[i]
+        braked = _clip(limited, -_stopping_speed(position[i] - lower[i], amax[i], dt),
+                       _stopping_speed(upper[i] - position[i], amax[i], dt))
+        if abs(braked - limited) > 1e-12:
+            hit_position = True
+        wanted = braked - velocity[i]
         change = _clip(wanted, -amax[i] * dt, amax[i] * dt)
         if abs(change - wanted) > 1e-12:
             hit_acceleration = True
         velocity[i] = velocity[i] + change
-        position[i] = _clip(position[i] + velocity[i] * dt, lower[i], upper[i])
+        moved = position[i] + velocity[i] * dt
+        inside = _clip(moved, lower[i], upper[i])
+        if inside != moved and lower[i] <= position[i] <= upper[i]:
+            velocity[i] = (inside - position[i]) / dt  # rounding at the limit: the state stays what was sent
+        position[i] = inside
     if hit_position:
         counts[POSITION_LIMIT] += 1
     if hit_velocity:
