@@ -39,6 +39,15 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
         # is sent (on a loaded machine discovery of one topic can trail another's by seconds).
         assert client.wait_for(lambda: arm.get_subscription_count() >= 2 and grip.get_subscription_count() >= 2
                                and any("first message on joint_states" in line for line in lines), 60), "".join(lines)
+        # The driver has matched this publisher too (its side of discovery can trail ours by a second
+        # on a loaded machine, and a command sent before that never reaches it): hold where the arm
+        # is until the driver counts a command accepted.
+        here = client.positions(FR3.joint_names)
+
+        def driver_listens():
+            client.send_positions("arm", here)
+            return int(client.diagnostic_values().get("commands_accepted", 0)) >= 1
+        assert client.wait_for(driver_listens, 60, poll=0.05), client.diagnostic_values()
         target = FR3.home_positions + 0.05
         for _ in range(20):
             client.send_positions("arm", target)
@@ -56,7 +65,7 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
     assert episode.robot.name == "franka_fr3"
     assert episode.joints.names == FR3.joint_names + FR3.gripper_joint_names
     assert len(episode.joints.times) > 100  # 250 Hz for a few seconds
-    sent = [c for c in episode.commands if c.kind == "positions"]
+    sent = [c for c in episode.commands if c.kind == "positions" and np.allclose(c.values, target)]
     assert len(sent) >= 15 and np.allclose(sent[-1].values, target)
     assert any(c.kind == "gripper" and c.values[0] == pytest.approx(0.03) for c in episode.commands)
     cam = episode.calibrated_camera("scene")
