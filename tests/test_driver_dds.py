@@ -43,11 +43,23 @@ def test_joint_states_carry_every_joint_at_the_state_rate(twin):
     client, _ = twin
     sample = client.wait_for_joint_states()
     assert sample.names == ARM + FR3.gripper_joint_names
-    # Counted against the twin's own clock, so a busy machine (real-time factor < 1) cannot blur it.
-    n0, s0 = client.joint_state_count, client.joints.stamp
-    time.sleep(1.0)
-    n1, s1 = client.joint_state_count, client.joints.stamp
-    assert (n1 - n0) / (s1 - s0) == pytest.approx(FR3.state_rate_hz, rel=0.05)
+    # The spacing of the stamps, on the twin's own clock: a busy machine (real-time factor < 1)
+    # cannot blur it, nor can messages this client drops when its executor falls behind (it keeps
+    # the last 10, so a loaded CI machine lost 8 % of them and a count read 231 Hz); the median
+    # spacing is one period unless most are lost.
+    from sensor_msgs.msg import JointState
+    from r2s2r.contract import qos
+    stamps = []
+
+    def on_joints(msg):
+        stamps.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
+    subscription = client.node.create_subscription(JointState, Topics.JOINT_STATES, on_joints, qos.STATE)
+    try:
+        assert client.wait_for(lambda: len(stamps) >= 200, 30), len(stamps)
+    finally:
+        client.node.destroy_subscription(subscription)
+    spacing = np.diff(np.unique(stamps))
+    assert 1.0 / np.median(spacing) == pytest.approx(FR3.state_rate_hz, rel=0.05), spacing
 
 
 def test_trajectory_arrives_within_1_mrad(twin):
