@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 import pytest
-from sensor_msgs.msg import CameraInfo
+from sensor_msgs.msg import CameraInfo, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from r2s2r.contract import Topics
+from r2s2r.contract import Topics, qos
 from r2s2r.robots import get_robot
 
 FR3 = get_robot("franka_fr3")
@@ -47,8 +47,6 @@ def test_joint_states_carry_every_joint_at_the_state_rate(twin):
     # cannot blur it, nor can messages this client drops when its executor falls behind (it keeps
     # the last 10, so a loaded CI machine lost 8 % of them and a count read 231 Hz); the median
     # spacing is one period unless most are lost.
-    from sensor_msgs.msg import JointState
-    from r2s2r.contract import qos
     stamps = []
 
     def on_joints(msg):

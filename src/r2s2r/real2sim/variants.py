@@ -68,19 +68,29 @@ class Variant:
     scene: Scene
 
 
+ON_SUPPORT_M = 0.005  # how close to the support's top a bottom is that stands on it
+
+
+def _on_support_top(scene: Scene, bottom_z: float) -> bool:
+    return scene.table is not None and abs(bottom_z - scene.table.height) < ON_SUPPORT_M
+
+
 def _resting_on_support(scene: Scene, obj: ObjectSpec) -> bool:
-    if scene.table is None:
-        return False
-    return abs(obj.pos[2] - obj.half_height - scene.table.height) < 0.005
+    return _on_support_top(scene, obj.pos[2] - obj.half_height)
 
 
 def _robot_on_support(scene: Scene) -> bool:
-    """The robot's base stands on the support: within its footprint, at its top (5 mm, as for
-    objects and fixtures), as an arm bolted to its table does; not one on a pedestal beside it."""
+    """The robot's base stands on the support: within its footprint, at its top, as an arm
+    bolted to its table does; not one on a pedestal beside it."""
     t = scene.table
     x, y, z = get_robot(scene.robot).mount_pos
     inside = abs(x - t.center[0]) <= t.size[0] / 2 and abs(y - t.center[1]) <= t.size[1] / 2
-    return inside and abs(z - t.height) < 0.005
+    return inside and _on_support_top(scene, z)
+
+
+def _raised(item, dz: float):
+    """A positioned spec (object, fixture, camera, light) moved up by dz."""
+    return replace(item, pos=(item.pos[0], item.pos[1], item.pos[2] + dz))
 
 
 def _yaw_quat(quat, dyaw: float) -> tuple[float, ...]:
@@ -108,7 +118,7 @@ def apply(scene: Scene, factor: str, target: str | None, value: float) -> Scene:
         size = tuple(s * value for s in o.size)
         new = replace(o, size=size, mass=o.mass * value ** 3)
         if _resting_on_support(scene, o):
-            new = replace(new, pos=(o.pos[0], o.pos[1], o.pos[2] - o.half_height + new.half_height))
+            new = _raised(new, new.half_height - o.half_height)  # its bottom stays on the support
         objects[k] = new
     elif factor in ("pose_x", "pose_y"):
         k = index()
@@ -126,18 +136,15 @@ def apply(scene: Scene, factor: str, target: str | None, value: float) -> Scene:
         if _robot_on_support(scene):
             # The support carries the robot's mount, so the whole cell rises together: in the
             # robot's frame, the one the twin and its policies work in, only the room moves.
-            lights = tuple(replace(lt, pos=(lt.pos[0], lt.pos[1], lt.pos[2] - value)) for lt in scene.lights)
-            return replace(scene, lights=lights)
-        objects = [replace(o, pos=(o.pos[0], o.pos[1], o.pos[2] + value)) if _resting_on_support(scene, o) else o
-                   for o in objects]
+            return replace(scene, lights=tuple(_raised(lt, -value) for lt in scene.lights))
+        objects = [_raised(o, value) if _resting_on_support(scene, o) else o for o in objects]
         table = replace(scene.table, height=scene.table.height + value)
-        fixtures = tuple(replace(f, pos=(f.pos[0], f.pos[1], f.pos[2] + value))
-                         if abs(f.pos[2] - scene.table.height) < 0.005 else f for f in scene.fixtures)
+        fixtures = tuple(_raised(f, value) if _on_support_top(scene, f.pos[2]) else f for f in scene.fixtures)
         # The world cameras, the robot's own included (a scene camera of the same name overrides
         # one of the robot's), rise with the cell; cameras on the robot stay on it.
         own = {c.name for c in scene.cameras}
         robot_world = tuple(c for c in scene.all_cameras() if c.name not in own and c.parent is None)
-        cameras = tuple(replace(c, pos=(c.pos[0], c.pos[1], c.pos[2] + value),
+        cameras = tuple(replace(_raised(c, value),
                                 lookat=None if c.lookat is None else (c.lookat[0], c.lookat[1], c.lookat[2] + value))
                         if c.parent is None else c for c in scene.cameras + robot_world)
         return replace(scene, table=table, objects=tuple(objects), fixtures=fixtures, cameras=cameras)
