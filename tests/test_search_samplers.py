@@ -94,15 +94,48 @@ def test_a_sampler_proposes_the_same_points_for_the_same_seed_and_results(name):
     assert not np.array_equal(search(name, budget=60, seed=1), search(name, budget=60))
 
 
-def test_cem_shares_its_draws_between_failure_stages():
-    sampler = CEMSampler(2, seed=0, warmup=0, explore=0.0)
-    common = np.column_stack([np.full(40, 0.9), np.linspace(0.0, 1.0, 40)])  # 40 failures of one stage
-    rare = np.array([[0.1, 0.1], [0.12, 0.1]])  # 2 of another
-    sampler.tell(np.vstack([common, rare, [[0.5, 0.5]] * 10]), [-1.0] * 42 + [1.0] * 10,
-                 ["common"] * 40 + ["rare"] * 2 + ["success"] * 10)
-    points = sampler.ask(400)
-    near_rare = np.linalg.norm(points - [0.11, 0.1], axis=1) < 0.15
-    assert 0.3 < near_rare.mean() < 0.7  # about half, though the rare stage has 5% of the elites
+def test_cem_shares_its_draws_between_stages_by_their_failure_volume_not_their_counts():
+    def outcome(u):  # stage "small" fails in 4 % of the square, "large" in 16 %
+        if u[0] < 0.2 and u[1] < 0.2:
+            return -1.0, "small"
+        return (-1.0, "large") if u[0] > 0.6 and u[1] > 0.6 else (1.0, "success")
+
+    def near_small(sampler):
+        return float((np.all(sampler.ask(1000) < 0.25, axis=1)).mean())
+
+    rng = np.random.default_rng(2)
+    shares = {}
+    for power in (0.5, 0.0):
+        sampler = CEMSampler(2, seed=0, warmup=0, stage_share_power=power)
+        start = rng.random((200, 2))  # told, not asked: uniform draws
+        sampler.tell(start, *zip(*map(outcome, start)))
+        for _ in range(12):  # the sampler's own draws pile up in the failure regions
+            points = sampler.ask(25)
+            sampler.tell(points, *zip(*map(outcome, points)))
+        counts = {stage: sampler.stages.count(stage) for stage in ("small", "large")}
+        volumes = sampler.failure_volumes()
+        assert counts["small"] + counts["large"] > 250  # most draws failed: counts are not volumes
+        assert volumes["small"] == pytest.approx(0.04, rel=0.5) and volumes["large"] == pytest.approx(0.16, rel=0.5)
+        shares[power] = near_small(sampler)
+    assert shares[0.5] == pytest.approx(0.2 / (0.2 + 0.4), abs=0.08)  # by the square root of the volume
+    assert shares[0.0] == pytest.approx(0.5, abs=0.08)  # equal
+    with pytest.raises(ValueError, match="stage_share_power 2; expected"):
+        CEMSampler(2, stage_share_power=2)
+
+
+def test_cem_knows_the_density_it_draws_from():
+    """The importance weights rest on it: the density (folding at the faces included)
+    integrates to 1 over the square and matches where 20000 draws land."""
+    sampler = CEMSampler(2, seed=0, warmup=0)
+    points = np.array([[0.03, 0.5], [0.05, 0.55], [0.97, 0.98], [0.9, 0.95], [0.5, 0.5], [0.45, 0.2]])
+    sampler.tell(points, [-1.0] * 4 + [1.0] * 2, ["edge"] * 2 + ["corner"] * 2 + ["success"] * 2)
+    draws = sampler.ask(20000)
+    grid = (np.arange(400) + 0.5) / 400
+    density = np.exp(sampler._proposal.log_density(np.stack(np.meshgrid(grid, grid), axis=-1).reshape(-1, 2)))
+    assert density.mean() == pytest.approx(1.0, abs=0.01)
+    expected = density.reshape(400, 400).T.reshape(10, 40, 10, 40).mean(axis=(1, 3)) / 100 * len(draws)
+    counts, _, _ = np.histogram2d(draws[:, 0], draws[:, 1], bins=10, range=[[0, 1], [0, 1]])
+    assert np.all(np.abs(counts - expected) < 4 * np.sqrt(expected + 1) + 5), np.abs(counts - expected).max()
 
 
 def test_cem_shares_a_stages_draws_between_the_regions_it_fails_in():

@@ -15,20 +15,25 @@ every run, resumed or not, whatever the number of workers.
   kernel density, the cross-entropy method's nonparametric family) with local widths: per
   factor, the spread of the centre's nearest elites of the same failure stage (an adaptive
   bandwidth: one stage often fails in several separate regions, and the stage's overall
-  spread would carry draws from one region out of it); each stage gets an equal share of
-  draws, so a rare failure mode is explored as much as a common one, and within a stage a
-  centre is picked inversely to how crowded its neighbourhood is, so each region the stage
-  fails in gets a comparable share rather than the region found first. A small fraction of
-  every batch stays uniform so new regions can still be found.
+  spread would carry draws from one region out of it). Stages share the draws by the square
+  root of their failure volume, the share of the cube that fails at that stage, estimated by
+  importance sampling: every failure weighted by the inverse of the density of the proposal
+  that drew it (population Monte Carlo), so a stage's estimate does not grow with the draws
+  spent on it. Equal shares gave stages whose failures form no region (scattered misses,
+  rare timeouts) as many draws as stages with several regions; shares by volume would starve
+  a small stage. Within a stage a centre is picked inversely to how crowded its neighbourhood
+  is, so each region the stage fails in gets a comparable share rather than the region found
+  first. A small fraction of every batch stays uniform so new regions can still be found.
 - tpe: optuna's Tree-structured Parzen Estimator (multivariate, seeded), one study per
-  objective, each failure stage's proposing an equal share of the draws (as CEM shares its
-  draws between stages). The near-miss study minimises the margin of successes and ranks
-  every failure below them, so it leads along the failure boundaries toward modes not yet
-  found rather than back into the ones it knows; it proposes everything until a failure is
-  found, then half a stage study's share (`near_miss_share`). Each failure stage found gets
-  a study of its own, where failing at that stage is best and the failures farthest from the
-  stage's earlier ones rank first (without that tie-break the good set would be the stage's
-  first failures, and TPE would keep to the first region it found). Few expected-improvement candidates per draw
+  objective, each failure stage's proposing an equal share of the draws (CEM's shares by
+  failure volume need the density a draw came from, which optuna does not give). The
+  near-miss study minimises the margin of successes and ranks every failure below them, so
+  it leads along the failure boundaries toward modes not yet found rather than back into
+  the ones it knows; it proposes everything until a failure is found, then half a stage
+  study's share (`near_miss_share`). Each failure stage found gets a study of its own, where
+  failing at that stage is best and the failures farthest from the stage's earlier ones rank
+  first (without that tie-break the good set would be the stage's first failures, and TPE
+  would keep to the first region it found). Few expected-improvement candidates per draw
   (4, optuna's default is 24) keep TPE sampling across its good set's regions rather than
   only at the densest one.
 """
@@ -96,11 +101,12 @@ class CEMSampler(Sampler):
     # local widths keep draws inside the failure region they start from.
     def __init__(self, dim: int, seed: int = 0, elite_fraction: float = 0.2, explore: float = 0.05,
                  warmup: int = 75, max_width: float = 0.12, min_width: float = 0.02, neighbours: int = 4,
-                 balance_radius: float = 0.8):
+                 balance_radius: float = 0.8, stage_share_power: float = 0.5):
         super().__init__(dim, seed)
-        if not 0 < elite_fraction < 1 or not 0 <= explore < 1:
-            raise ValueError(f"elite_fraction {elite_fraction} and explore {explore}; expected 0 < elite_fraction < 1 "
-                             "and 0 <= explore < 1")
+        if not 0 < elite_fraction < 1 or not 0 <= explore < 1 or not 0 <= stage_share_power <= 1:
+            raise ValueError(f"elite_fraction {elite_fraction}, explore {explore} and stage_share_power "
+                             f"{stage_share_power}; expected 0 < elite_fraction < 1, 0 <= explore < 1 and "
+                             "0 <= stage_share_power <= 1")
         self.rng = np.random.default_rng(self.seed)
         self.elite_fraction = elite_fraction
         self.explore = explore
@@ -108,14 +114,22 @@ class CEMSampler(Sampler):
         self.max_width, self.min_width = max_width, min_width
         self.neighbours = neighbours  # elites a draw's width comes from (0: all the stage's)
         self.balance_radius = balance_radius  # per unit of sqrt(dim) of the stage's scaling (0: no balance)
+        self.stage_share_power = stage_share_power  # 0: stages share equally; 1: by their failure volume
         self.points = np.zeros((0, dim))
         self.margins = np.zeros(0)
         self.stages: list[str] = []
+        self.log_density = np.zeros(0)  # per trial: log density of the proposal it was drawn from
+        self._proposal: _Mixture | None = None  # the last ask's, until its points are told
 
     def tell(self, points, margins, stages) -> None:
-        self.points = np.vstack([self.points, np.asarray(points, float).reshape(-1, self.dim)])
+        points = np.asarray(points, float).reshape(-1, self.dim)
+        # Points told without an ask (or after a uniform one) count as uniform draws: density 1.
+        density = self._proposal.log_density(points) if self._proposal is not None else np.zeros(len(points))
+        self._proposal = None
+        self.points = np.vstack([self.points, points])
         self.margins = np.concatenate([self.margins, np.asarray(margins, float)])
         self.stages += list(stages)
+        self.log_density = np.concatenate([self.log_density, density])
 
     def elites(self) -> np.ndarray:
         """Indices of the elite trials: every failure once there are `MIN_FAILURES`, else the
@@ -125,44 +139,104 @@ class CEMSampler(Sampler):
             return failures
         return np.flatnonzero(self.margins <= float(np.quantile(self.margins, self.elite_fraction)))
 
+    def failure_volumes(self) -> dict[str, float]:
+        """Each failure stage's share of the unit cube, estimated from every trial told: each
+        trial weighted by the inverse of the density of the proposal that drew it (1 for a
+        uniform draw), a stage's failures' weight over all trials' (self-normalised importance
+        sampling). Unlike the stage's count of failures, the estimate does not grow with the
+        draws the sampler spent on the stage."""
+        weights = self._weights()
+        volumes: dict[str, float] = {}
+        for i in np.flatnonzero(self.margins <= 0):
+            volumes[self.stages[i]] = volumes.get(self.stages[i], 0.0) + weights[i] / weights.sum()
+        return volumes
+
+    def _weights(self) -> np.ndarray:
+        """Each trial's importance weight, up to a common factor (only ratios count)."""
+        return np.exp(-(self.log_density - self.log_density.min()))
+
     def ask(self, n: int) -> np.ndarray:
         if len(self.margins) < self.warmup:
+            self._proposal = None
             return self.rng.random((n, self.dim))
         elite = self.elites()
-        groups: dict[str, np.ndarray] = {}
-        for stage in sorted({self.stages[i] for i in elite}):
-            groups[stage] = np.array([i for i in elite if self.stages[i] == stage])
+        weights = self._weights()[elite]
+        stage_of = np.array([self.stages[i] for i in elite])
+        names = sorted(set(stage_of))
+        # A stage's share of the draws grows as a power of the volume its elites stand for (as
+        # in failure_volumes, which they are once failures are found): equal shares (power 0)
+        # give stages whose failures form no region as many draws as those with several; shares
+        # by volume (power 1) starve the small stages.
+        volume = np.array([weights[stage_of == name].sum() for name in names])
+        stages = []
+        for name in names:
+            stage_points = self.points[elite[stage_of == name]]
+            stages.append((stage_points, *self._stage(stage_points)))
+        explore = int(round(self.explore * n)) / n
+        mixture = _Mixture(stages, volume ** self.stage_share_power, explore)
+        self._proposal = mixture
+        return mixture.sample(n, self.rng)
+
+    def _stage(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A stage's elites as its draws use them: per point, the widths of the draws centred on
+        it (per factor, the spread of its nearest elites of the stage, nearest in the stage's own
+        scaling, where the factors its failures spread over count less: an adaptive bandwidth,
+        since one stage often fails in several separate regions and the stage's overall spread
+        would carry draws out of them), and how likely it is to be a draw's centre: inversely to
+        how many of the stage's elites lie near it (within `balance_radius` in that scaling), so
+        each region a stage fails in gets a comparable share of the draws, not the region found
+        first or sampled most."""
+        if len(points) < 2:
+            return np.full((len(points), self.dim), self.max_width), np.ones(len(points))
+        scaled = points / np.maximum(points.std(axis=0), self.min_width)
+        gaps = np.linalg.norm(scaled[:, None, :] - scaled[None, :, :], axis=2) / np.sqrt(self.dim)
+        if 0 < self.neighbours < len(points):
+            nearest = np.argsort(gaps, axis=1, kind="stable")[:, :self.neighbours]
+            spreads = points[nearest].std(axis=1)
+        else:
+            spreads = np.broadcast_to(points.std(axis=0), points.shape)
+        widths = np.clip(spreads, self.min_width, self.max_width)
+        if self.balance_radius <= 0:
+            return widths, np.full(len(points), 1.0 / len(points))
+        weights = 1.0 / (gaps < self.balance_radius).sum(axis=1)
+        return widths, weights / weights.sum()
+
+
+class _Mixture:
+    """CEM's proposal: a fraction `explore` uniform over the unit cube; the rest split between
+    stages by `shares`, each stage a mixture of Gaussians with diagonal widths on its centres
+    (weighted by its balance); every draw folded back into the cube."""
+
+    def __init__(self, stages: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shares: np.ndarray, explore: float):
+        self.stages = [(centres, widths, balance / balance.sum()) for centres, widths, balance in stages]
+        self.shares, self.explore = shares / shares.sum(), explore
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        dim = self.stages[0][0].shape[1]
         n_explore = int(round(self.explore * n))
-        out = [self.rng.random((n_explore, self.dim))]
-        names = list(groups)
-        stages = {name: self._stage(self.points[groups[name]]) for name in names}
-        for k in range(n - n_explore):
-            stage_points, spread, scale, balance = stages[names[self.rng.integers(len(names))]]  # stages share equally
-            centre = stage_points[self.rng.choice(len(stage_points), p=balance)]
-            if 0 < self.neighbours < len(stage_points):
-                # Nearest in the stage's own scaling: factors its failures spread over count less.
-                scaled = (stage_points - centre) / scale
-                nearest = stage_points[np.argsort(np.einsum("ij,ij->i", scaled, scaled), kind="stable")[:self.neighbours]]
-                spread = nearest.std(axis=0)
-            width = np.clip(spread, self.min_width, self.max_width)
-            out.append(_reflect(centre + width * self.rng.standard_normal(self.dim))[None])
+        out = [rng.random((n_explore, dim))]
+        picks = rng.choice(len(self.stages), size=n - n_explore, p=self.shares)
+        for k, (centres, widths, balance) in enumerate(self.stages):
+            rows = rng.choice(len(centres), size=int((picks == k).sum()), p=balance)
+            out.append(_reflect(centres[rows] + widths[rows] * rng.standard_normal((len(rows), dim))))
         return np.vstack(out)
 
-    def _stage(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """A stage's elites as its draws use them: the points, their spread per factor, the
-        stage's own scaling (that spread, at least min_width), and how likely each point is to
-        be a draw's centre: inversely to how many of the stage's elites lie near it (within
-        `balance_radius` in that scaling, where the factors its failures spread over count
-        less), so each region a stage fails in gets a comparable share of the draws, not the
-        region found first or sampled most."""
-        spread = points.std(axis=0) if len(points) > 1 else np.full(self.dim, self.max_width)
-        scale = np.maximum(spread, self.min_width)
-        if len(points) < 2 or self.balance_radius <= 0:
-            return points, spread, scale, np.full(len(points), 1.0 / len(points))
-        scaled = points / scale
-        gaps = np.linalg.norm(scaled[:, None, :] - scaled[None, :, :], axis=2)
-        weights = 1.0 / (gaps < self.balance_radius * np.sqrt(self.dim)).sum(axis=1)
-        return points, spread, scale, weights / weights.sum()
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """Log density at points x (n, dim) of the unit cube, the folding included."""
+        from scipy.special import logsumexp
+        x = np.asarray(x, float)[:, None, :]
+        # The fold maps y to x from y = x + 2k and y = 2k - x; images beyond |k| = 1 are
+        # negligible for widths up to a few tenths.
+        images = np.stack([sign * x + 2 * k for sign in (1, -1) for k in (-1, 0, 1)])
+        per_stage = []
+        for centres, widths, balance in self.stages:
+            c, w = centres[None], widths[None]
+            per_factor = logsumexp(-0.5 * ((images - c) / w) ** 2, axis=0) - np.log(w) - 0.5 * np.log(2 * np.pi)
+            per_stage.append(logsumexp(per_factor.sum(axis=2) + np.log(balance)[None], axis=1))
+        gaussians = logsumexp(np.stack(per_stage, axis=1) + np.log(self.shares)[None], axis=1)
+        if self.explore <= 0:
+            return gaussians
+        return np.logaddexp(np.log(self.explore), np.log1p(-self.explore) + gaussians)
 
 
 class TPESampler(Sampler):
