@@ -145,33 +145,32 @@ class CEMSampler(Sampler):
         uniform draw), a stage's failures' weight over all trials' (self-normalised importance
         sampling). Unlike the stage's count of failures, the estimate does not grow with the
         draws the sampler spent on the stage."""
-        weights = self._weights()
-        volumes: dict[str, float] = {}
-        for i in np.flatnonzero(self.margins <= 0):
-            volumes[self.stages[i]] = volumes.get(self.stages[i], 0.0) + weights[i] / weights.sum()
-        return volumes
+        total = self._weights().sum()
+        failures = np.flatnonzero(self.margins <= 0)
+        return {stage: float(weight / total) for stage, (_, weight) in self._by_stage(failures).items()}
 
     def _weights(self) -> np.ndarray:
         """Each trial's importance weight, up to a common factor (only ratios count)."""
         return np.exp(-(self.log_density - self.log_density.min()))
 
+    def _by_stage(self, trials: np.ndarray) -> dict[str, tuple[np.ndarray, float]]:
+        """The given trials grouped by stage, in stage-name order: each stage's trial indices
+        and their summed importance weight."""
+        weights = self._weights()[trials]
+        stage_of = np.array([self.stages[i] for i in trials])
+        return {name: (trials[stage_of == name], weights[stage_of == name].sum()) for name in sorted(set(stage_of))}
+
     def ask(self, n: int) -> np.ndarray:
         if len(self.margins) < self.warmup:
             self._proposal = None
             return self.rng.random((n, self.dim))
-        elite = self.elites()
-        weights = self._weights()[elite]
-        stage_of = np.array([self.stages[i] for i in elite])
-        names = sorted(set(stage_of))
+        groups = self._by_stage(self.elites())
         # A stage's share of the draws grows as a power of the volume its elites stand for (as
         # in failure_volumes, which they are once failures are found): equal shares (power 0)
         # give stages whose failures form no region as many draws as those with several; shares
         # by volume (power 1) starve the small stages.
-        volume = np.array([weights[stage_of == name].sum() for name in names])
-        stages = []
-        for name in names:
-            stage_points = self.points[elite[stage_of == name]]
-            stages.append((stage_points, *self._stage(stage_points)))
+        volume = np.array([weight for _, weight in groups.values()])
+        stages = [(self.points[rows], *self._stage(self.points[rows])) for rows, _ in groups.values()]
         explore = int(round(self.explore * n)) / n
         mixture = _Mixture(stages, volume ** self.stage_share_power, explore)
         self._proposal = mixture
