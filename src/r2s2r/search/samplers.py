@@ -145,18 +145,19 @@ class CEMSampler(Sampler):
         uniform draw), a stage's failures' weight over all trials' (self-normalised importance
         sampling). Unlike the stage's count of failures, the estimate does not grow with the
         draws the sampler spent on the stage."""
-        total = self._weights().sum()
+        weights = self._weights()
         failures = np.flatnonzero(self.margins <= 0)
-        return {stage: float(weight / total) for stage, (_, weight) in self._by_stage(failures).items()}
+        return {stage: float(weight / weights.sum())
+                for stage, (_, weight) in self._by_stage(failures, weights).items()}
 
     def _weights(self) -> np.ndarray:
         """Each trial's importance weight, up to a common factor (only ratios count)."""
         return np.exp(-(self.log_density - self.log_density.min()))
 
-    def _by_stage(self, trials: np.ndarray) -> dict[str, tuple[np.ndarray, float]]:
+    def _by_stage(self, trials: np.ndarray, weights: np.ndarray) -> dict[str, tuple[np.ndarray, float]]:
         """The given trials grouped by stage, in stage-name order: each stage's trial indices
-        and their summed importance weight."""
-        weights = self._weights()[trials]
+        and their summed importance weight (`weights`: every trial's, from _weights)."""
+        weights = weights[trials]
         stage_of = np.array([self.stages[i] for i in trials])
         return {name: (trials[stage_of == name], weights[stage_of == name].sum()) for name in sorted(set(stage_of))}
 
@@ -164,7 +165,7 @@ class CEMSampler(Sampler):
         if len(self.margins) < self.warmup:
             self._proposal = None
             return self.rng.random((n, self.dim))
-        groups = self._by_stage(self.elites())
+        groups = self._by_stage(self.elites(), self._weights())
         # A stage's share of the draws grows as a power of the volume its elites stand for (as
         # in failure_volumes, which they are once failures are found): equal shares (power 0)
         # give stages whose failures form no region as many draws as those with several; shares
@@ -204,10 +205,11 @@ class CEMSampler(Sampler):
 class _Mixture:
     """CEM's proposal: a fraction `explore` uniform over the unit cube; the rest split between
     stages by `shares`, each stage a mixture of Gaussians with diagonal widths on its centres
-    (weighted by its balance); every draw folded back into the cube."""
+    (weighted by its balance, which sums to 1 as CEMSampler._stage gives it); every draw folded
+    back into the cube."""
 
     def __init__(self, stages: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shares: np.ndarray, explore: float):
-        self.stages = [(centres, widths, balance / balance.sum()) for centres, widths, balance in stages]
+        self.stages = stages
         self.shares, self.explore = shares / shares.sum(), explore
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
