@@ -71,10 +71,14 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
     cam = episode.calibrated_camera("scene")
     assert cam.rgb and cam.rgb[0].shape == (cam.calibration.height, cam.calibration.width, 3)
     assert episode.diagnostics
-    # Commands land on the states' clock: the arm moves after the first command, not before.
+    # Commands land on the states' clock: the arm moves within a second of the first command.
+    # The recorder stamps each message as it arrives, and nothing orders a command's arrival
+    # against the states of another process: on a loaded machine the first command reached the
+    # recorder 49 ms (one command period) after the states that showed it taking effect. Five
+    # periods of slack still fail any clock other than the states' (wall time is years off).
     j = episode.joints
     moved = j.times[np.argmax(np.abs(j.position[:, 0] - j.position[0, 0]) > 0.01)]
-    assert sent[0].time < moved < sent[0].time + 1.0
+    assert sent[0].time - 0.25 < moved < sent[0].time + 1.0
     # The bag decodes without rclpy too, through mcap-ros2-support (as Foxglove and rosbags read it).
     from mcap.reader import make_reader
     from mcap_ros2.decoder import DecoderFactory
