@@ -10,7 +10,7 @@ import pytest
 
 from r2s2r.search.atlas import build_atlas
 from r2s2r.search.refine import Boundary, bisect
-from r2s2r.search.samplers import NEAR_MISS, SAMPLERS, CEMSampler, TPESampler, make_sampler
+from r2s2r.search.samplers import FOLLOW_UP, NEAR_MISS, SAMPLERS, CEMSampler, TPESampler, make_sampler
 from r2s2r.search.perturbations import parse_space
 from r2s2r.sim.scene import parse_scene
 
@@ -163,11 +163,42 @@ def test_tpe_gives_each_failure_stage_a_study_and_the_near_miss_study_half_a_sha
     sampler.tell(points, [-1.0 if st != "success" else 1.0 for st in stages], stages)
     assert set(sampler.studies) == {NEAR_MISS, "a", "b"}
     sampler.ask(300)
-    shares = {key: sum(k == key for k, _ in sampler._asked) / 300 for key in sampler.studies}
+    own = [key for key, _ in sampler._asked if key != FOLLOW_UP]  # the rest follow up lone failures
+    shares = {key: own.count(key) / len(own) for key in sampler.studies}
     assert shares[NEAR_MISS] == pytest.approx(0.2, abs=0.06)  # 0.5 / 2.5
     assert shares["a"] == pytest.approx(0.4, abs=0.08) and shares["b"] == pytest.approx(0.4, abs=0.08)
     with pytest.raises(ValueError, match="near_miss_share 0; expected 0 < near_miss_share <= 1"):
         TPESampler(2, near_miss_share=0)
+
+
+def test_tpe_follows_up_a_region_touched_once_until_it_is_found():
+    def outcome(u):  # a small disc (1.1 % of the square) and a large band
+        if np.hypot(u[0] - 0.24, u[1] - 0.24) < 0.06:
+            return -1.0, "disc"
+        return (-1.0, "band") if u[0] > 0.6 else (float(0.6 - u[0]), "success")
+
+    def disc_failures(**options):
+        sampler = TPESampler(2, seed=0, startup=0, **options)
+        grid = np.stack(np.meshgrid(np.linspace(0.05, 0.95, 8), np.linspace(0.05, 0.95, 8)), -1).reshape(-1, 2)
+        points = np.vstack([grid, [[0.22, 0.25]]])  # the grid misses the disc; one uniform draw touched it
+        sampler.tell(points, *zip(*map(outcome, points)))
+        targets, _ = sampler._follow_up_targets()
+        assert [tuple(sampler.history[t][0]) for t in targets] == [(0.22, 0.25)]  # the band is well found
+        found = 0
+        for _ in range(10):
+            batch = sampler.ask(10)
+            margins, stages = zip(*map(outcome, batch))
+            sampler.tell(batch, margins, stages)
+            found += stages.count("disc")
+        return found, sampler
+    found, sampler = disc_failures()
+    assert found >= 8  # 9 to 15 on seeds 0-5; without the follow-up 0 to 6
+    assert disc_failures(follow_up_share=0.0)[0] <= found / 2
+    # Found: the disc's failures have enough of each other near them to be no longer targets.
+    disc = {i for i, (_, _, stage) in enumerate(sampler.history) if stage == "disc"}
+    assert len(disc - set(sampler._follow_up_targets()[0])) >= 3
+    with pytest.raises(ValueError, match="follow_up_half_width 0 and .* 0 < follow_up_half_width <= 0.5"):
+        TPESampler(2, follow_up_half_width=0)
 
 
 def test_unknown_sampler_and_empty_space_are_refused():

@@ -35,7 +35,14 @@ every run, resumed or not, whatever the number of workers.
   first (without that tie-break the good set would be the stage's first failures, and TPE
   would keep to the first region it found). Few expected-improvement candidates per draw
   (4, optuna's default is 24) keep TPE sampling across its good set's regions rather than
-  only at the densest one.
+  only at the densest one. Once a failure is found, a share of the draws (`follow_up_share`)
+  follows up regions touched but not yet found: failures with fewer than `follow_up_few` of
+  their stage's failures near them (counted as CEM balances its centres). Each such draw
+  aims at one of them, inversely to the trials already near it, and is proposed by a TPE
+  study of the box around it (a trust region, `follow_up_half_width` each way), built afresh
+  from the trials inside. The box keeps TPE's kernel widths local: in the stage studies, a
+  lone failure's kernel is as wide as the gap to the next good trial along each factor and
+  can spread over most of the cube, so a region touched once was rarely found.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import numpy as np
 
 SAMPLERS = ("uniform", "sobol", "cem", "tpe")
 NEAR_MISS = ""  # TPE: the study of the margin over successes
+FOLLOW_UP = "follow-up"  # TPE: the studies of the boxes around failures in regions touched but not yet found
 MIN_FAILURES = 5  # CEM: failures enough to be the elite set on their own
 DEFAULT_BATCH = 25  # points per ask/tell round of a search
 
@@ -188,8 +196,7 @@ class CEMSampler(Sampler):
         first or sampled most."""
         if len(points) < 2:
             return np.full((len(points), self.dim), self.max_width), np.ones(len(points))
-        scaled = points / np.maximum(points.std(axis=0), self.min_width)
-        gaps = np.linalg.norm(scaled[:, None, :] - scaled[None, :, :], axis=2) / np.sqrt(self.dim)
+        gaps = _scaled_gaps(points, self.min_width)
         if 0 < self.neighbours < len(points):
             nearest = np.argsort(gaps, axis=1, kind="stable")[:, :self.neighbours]
             spreads = points[nearest].std(axis=1)
@@ -243,12 +250,22 @@ class _Mixture:
 class TPESampler(Sampler):
     name = "tpe"
 
-    def __init__(self, dim: int, seed: int = 0, startup: int = 50, candidates: int = 4, near_miss_share: float = 0.5):
+    def __init__(self, dim: int, seed: int = 0, startup: int = 50, candidates: int = 4, near_miss_share: float = 0.5,
+                 follow_up_share: float = 0.3, follow_up_half_width: float = 0.15, balance_radius: float = 0.8,
+                 follow_up_few: int = 3, min_width: float = 0.02):
         super().__init__(dim, seed)
         if not 0 < near_miss_share <= 1:
             raise ValueError(f"near_miss_share {near_miss_share}; expected 0 < near_miss_share <= 1 (of a stage "
                              "study's share)")
+        if not 0 <= follow_up_share < 1 or not 0 < follow_up_half_width <= 0.5 or follow_up_few < 2:
+            raise ValueError(f"follow_up_share {follow_up_share}, follow_up_half_width {follow_up_half_width} and "
+                             f"follow_up_few {follow_up_few}; expected 0 <= follow_up_share < 1 (of all draws), "
+                             "0 < follow_up_half_width <= 0.5 (of the unit range) and follow_up_few >= 2")
         self.near_miss_share = near_miss_share
+        self.follow_up_share, self.follow_up_half_width = follow_up_share, follow_up_half_width
+        # A failure is a follow-up target while fewer than `follow_up_few` of its stage's failures
+        # (itself included) lie within `balance_radius` of it in the stage's scaling, as CEM counts.
+        self.balance_radius, self.follow_up_few, self.min_width = balance_radius, follow_up_few, min_width
         import optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
@@ -307,8 +324,57 @@ class TPESampler(Sampler):
         # stage studies', and those stage studies found every stage there was by themselves.
         weights = np.array([self.near_miss_share if key == NEAR_MISS and len(keys) > 1 else 1.0 for key in keys])
         picks = [keys[i] for i in self.rng.choice(len(keys), size=n, p=weights / weights.sum())]
-        self._asked = [(key, self.studies[key].ask(self.distributions)) for key in picks]
+        targets, chances = self._follow_up_targets()
+        following = self.rng.random(n) < (self.follow_up_share if targets else 0.0)
+        aimed = self.rng.choice(len(targets), size=n, p=chances) if targets else np.zeros(n, int)
+        boxes: dict[int, tuple[object, dict]] = {}  # target -> its box study and the box
+        self._asked = []
+        for key, follow, target in zip(picks, following, aimed):
+            if follow:
+                if target not in boxes:
+                    boxes[target] = self._box_study(targets[target], len(boxes))
+                study, box = boxes[target]
+                self._asked.append((FOLLOW_UP, study.ask(box)))
+            else:
+                self._asked.append((key, self.studies[key].ask(self.distributions)))
         return np.array([[trial.params[f"u{i}"] for i in range(self.dim)] for _, trial in self._asked])
+
+    def _follow_up_targets(self) -> tuple[list[int], np.ndarray]:
+        """The failures in regions touched but not yet found (history indices, in order) and how
+        likely each is to be a follow-up draw's target: inversely to the trials already in its
+        box, so a lone failure that stayed lone after being followed up fades."""
+        points = np.array([point for point, _, _ in self.history])
+        margins = np.array([margin for _, margin, _ in self.history])
+        stages = np.array([stage for _, _, stage in self.history])
+        targets = []
+        for stage in sorted(set(stages[margins <= 0])):
+            rows = np.flatnonzero((margins <= 0) & (stages == stage))
+            near = (_scaled_gaps(points[rows], self.min_width) < self.balance_radius).sum(axis=1)
+            targets += [int(row) for row in rows[near < self.follow_up_few]]
+        targets.sort()
+        inside = np.array([np.all(np.abs(points - points[t]) <= self.follow_up_half_width, axis=1).sum()
+                           for t in targets], float)
+        return targets, (1.0 / inside) / (1.0 / inside).sum() if targets else np.zeros(0)
+
+    def _box_study(self, target: int, index: int):
+        """A study of the box around trial `target` (a trust region of the unit cube, clipped to
+        it), built afresh from the trials told inside the box: failing at the target's stage is
+        best, successes rank by margin. Its distributions are the box, so TPE's kernel widths
+        (the gaps between good trials, at most the range) are local to it."""
+        point, _, stage = self.history[target]
+        low = np.maximum(point - self.follow_up_half_width, 0.0)
+        high = np.minimum(point + self.follow_up_half_width, 1.0)
+        box = {f"u{i}": self.optuna.distributions.FloatDistribution(float(low[i]), float(high[i]))
+               for i in range(self.dim)}
+        sampler = self.optuna.samplers.TPESampler(seed=self.seed + 104729 * len(self.history) + 7919 * index,
+                                                  n_startup_trials=0, multivariate=True, constant_liar=True,
+                                                  n_ei_candidates=self.candidates)
+        study = self.optuna.create_study(direction="minimize", sampler=sampler)
+        study.add_trials([self.optuna.trial.create_trial(
+            params={f"u{i}": float(x) for i, x in enumerate(p)}, distributions=box,
+            value=float(margin) if margin > 0 else (-1.0 if s == stage else 0.0))
+            for p, margin, s in self.history if np.all((p >= low) & (p <= high))])
+        return study, box
 
     def tell(self, points, margins, stages) -> None:
         points = np.asarray(points, float).reshape(-1, self.dim)
@@ -316,13 +382,21 @@ class TPESampler(Sampler):
             raise ValueError(f"told {len(margins)} results for {len(self._asked)} asked points")
         for k, (point, margin, stage) in enumerate(zip(points, margins, stages)):
             margin = float(margin)
-            own_key, own = self._asked[k] if self._asked else (None, None)
+            own_key, own = self._asked[k] if self._asked else (None, None)  # a follow-up's box study is not kept
             for key in list(self.studies):
                 self._record(key, own if key == own_key else None, point, margin, stage)
             self.history.append((point, margin, stage))
             if margin <= 0 and stage not in self.studies:
                 self._open(stage)
         self._asked = []
+
+
+def _scaled_gaps(points: np.ndarray, min_width: float) -> np.ndarray:
+    """Distances between one stage's failures in the stage's own scaling (each factor divided by
+    the failures' spread along it, at least min_width, so the factors they spread over count
+    less), per unit of sqrt(dim)."""
+    scaled = points / np.maximum(points.std(axis=0), min_width)
+    return np.linalg.norm(scaled[:, None, :] - scaled[None, :, :], axis=2) / np.sqrt(points.shape[1])
 
 
 def _reflect(x: np.ndarray) -> np.ndarray:
@@ -338,5 +412,5 @@ def make_sampler(name: str, dim: int, seed: int = 0, **options) -> Sampler:
     return classes[name](dim, seed, **options)
 
 
-__all__ = ["DEFAULT_BATCH", "Sampler", "UniformSampler", "SobolSampler", "CEMSampler", "TPESampler", "make_sampler",
-           "SAMPLERS"]
+__all__ = ["DEFAULT_BATCH", "NEAR_MISS", "FOLLOW_UP", "Sampler", "UniformSampler", "SobolSampler", "CEMSampler",
+           "TPESampler", "make_sampler", "SAMPLERS"]
