@@ -13,7 +13,7 @@ judged on its own.) Refinement is off: only the samplers' proposals count.
 
 Target: CEM and TPE find at least 3x the failures of uniform sampling and at least 1.5x the
 clusters. Usage:
-    python bench/search_efficiency.py [--budget 500] [--seeds 0,1,2] [--workers 2] [--reference 4096]
+    python bench/search_efficiency.py [--budget 500] [--seeds 0,1,2,3,4,5] [--workers 2] [--reference 4096]
                                       [--factors a,b,...] [--envelope operating] [--control-rate HZ]
                                       [--store FILE]
 By default the search stays within the task's `operating` envelope (config/perturbations/
@@ -51,7 +51,7 @@ FACTORS = ("block_x", "block_y", "block_yaw", "block_scale", "block_mass_scale",
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=500)
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", default="0,1,2,3,4,5")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--reference", type=int, default=4096, help="Sobol trials of the reference atlas")
     parser.add_argument("--factors", default=",".join(FACTORS), help="factors to search ('' for every factor)")
