@@ -35,6 +35,7 @@ import platform
 import time
 
 import numpy as np
+from scipy import stats
 
 from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
@@ -110,7 +111,7 @@ def main() -> None:
     fu, cu = np.mean(failures["uniform"]), np.mean(clusters["uniform"])
     for sampler in SAMPLERS:
         f, c, t = np.mean(failures[sampler]), np.mean(clusters[sampler]), np.mean(touched[sampler])
-        error = np.std(clusters[sampler], ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1 else float("nan")
+        error = stats.sem(clusters[sampler]) if len(seeds) > 1 else float("nan")
         print(f"{sampler:>8} {f:10.1f} {f / fu if fu else float('inf'):10.2f} {c:9.1f} {error:8.1f} "
               f"{c / cu if cu else float('inf'):10.2f} {t:8.1f}   {' '.join(map(str, clusters[sampler]))}")
     print("target: cem and tpe >= 3x the failures and >= 1.5x the clusters of uniform")
