@@ -14,8 +14,8 @@ judged on its own.) Refinement is off: only the samplers' proposals count.
 Target: CEM and TPE find at least 3x the failures of uniform sampling and at least 1.5x the
 clusters. Usage:
     python bench/search_efficiency.py [--budget 500] [--seeds 0,...,11] [--workers 2] [--reference 4096]
-                                      [--factors a,b,...] [--envelope operating] [--control-rate HZ]
-                                      [--store FILE]
+                                      [--samplers uniform,sobol,cem,tpe] [--factors a,b,...]
+                                      [--envelope operating] [--control-rate HZ] [--store FILE]
 By default the search stays within the task's `operating` envelope (config/perturbations/
 franka_block_in_bowl.yaml): the ranges a deployment expects, where the expert's failures are
 rare corners, as in a real campaign; over the task's whole space most uniform draws already
@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--seeds", default=",".join(map(str, range(12))))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--reference", type=int, default=4096, help="Sobol trials of the reference atlas")
+    parser.add_argument("--samplers", default=",".join(SAMPLERS), help="samplers to compare (uniform always runs: "
+                        "the ratios are to it)")
     parser.add_argument("--factors", default=",".join(FACTORS), help="factors to search ('' for every factor)")
     parser.add_argument("--envelope", default="operating", help="the space's envelope to search in ('' for none)")
     parser.add_argument("--control-rate", type=float, default=None)
@@ -68,12 +70,16 @@ def main() -> None:
     envelope = args.envelope or None
     space = SearchSpace(task.perturbations, factors, envelope)
     seeds = [int(s) for s in args.seeds.split(",")]
+    unknown = sorted(set(args.samplers.split(",")) - set(SAMPLERS))
+    if unknown:
+        parser.error(f"unknown sampler(s) {', '.join(unknown)}; expected some of {', '.join(SAMPLERS)}")
+    samplers = [s for s in SAMPLERS if s == "uniform" or s in args.samplers.split(",")]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.workers} workers; {TASK}, "
           f"expert policy; budget {args.budget} per sampler and seed; seeds {seeds}; {space.dim} factors"
           + (f" within envelope {envelope}" if envelope else ""))
-    failures = {s: [] for s in SAMPLERS}
-    clusters = {s: [] for s in SAMPLERS}
-    touched = {s: [] for s in SAMPLERS}
+    failures = {s: [] for s in samplers}
+    clusters = {s: [] for s in samplers}
+    touched = {s: [] for s in samplers}
     with TrialStore(args.store) as store:
         start = time.perf_counter()
         mapped = run_search(task, POLICY, args.reference, "sobol", REFERENCE_SEED, factors=factors, workers=args.workers,
@@ -86,7 +92,7 @@ def main() -> None:
         searched = [space.space.names.index(n) for n in space.names]  # the searched factors' coordinates
         for seed in seeds:
             runs = {}
-            for sampler in SAMPLERS:
+            for sampler in samplers:
                 start = time.perf_counter()
                 runs[sampler] = run_search(task, POLICY, args.budget, sampler, seed, factors=factors,
                                            workers=args.workers, store=store, refine_steps=0,
@@ -109,7 +115,7 @@ def main() -> None:
     print(f"\n{'sampler':>8} {'failures':>10} {'x uniform':>10} {'clusters':>9} {'+/- s.e.':>8} {'x uniform':>10} "
           f"{'touched':>8}   (means over seeds; clusters per seed)")
     fu, cu = np.mean(failures["uniform"]), np.mean(clusters["uniform"])
-    for sampler in SAMPLERS:
+    for sampler in samplers:
         f, c, t = np.mean(failures[sampler]), np.mean(clusters[sampler]), np.mean(touched[sampler])
         error = stats.sem(clusters[sampler]) if len(seeds) > 1 else float("nan")
         print(f"{sampler:>8} {f:10.1f} {f / fu if fu else float('inf'):10.2f} {c:9.1f} {error:8.1f} "

@@ -23,7 +23,15 @@ every run, resumed or not, whatever the number of workers.
   rare timeouts) as many draws as stages with several regions; shares by volume would starve
   a small stage. Within a stage a centre is picked inversely to how crowded its neighbourhood
   is, so each region the stage fails in gets a comparable share rather than the region found
-  first. A small fraction of every batch stays uniform so new regions can still be found.
+  first. The warm-up and a small fraction of every batch explore, so new regions can still be
+  found: drawn from Beta(b, b) per factor (`explore_beta`, 0.5: the arcsine distribution; 1 is
+  uniform), which puts more of them toward the ends of each range. That is boundary-value
+  testing's prior, and an expert's weak spots bear it out: the edge of reach, the extreme
+  yaws, the largest and smallest blocks, the heaviest and most slippery (on the block task the
+  reference atlas's 14 failure modes all lie against one end of a range or more, most at a
+  corner of two or three, which uniform draws rarely touch before the adaptive draws take
+  over; docs/evaluation.md has the figures). The exploration density is known, so the
+  importance weights stay exact.
 - tpe: optuna's Tree-structured Parzen Estimator (multivariate, seeded), one study per
   objective, each failure stage's proposing an equal share of the draws (CEM's shares by
   failure volume need the density a draw came from, which optuna does not give). The
@@ -109,7 +117,7 @@ class CEMSampler(Sampler):
     # local widths keep draws inside the failure region they start from.
     def __init__(self, dim: int, seed: int = 0, elite_fraction: float = 0.2, explore: float = 0.05,
                  warmup: int = 75, max_width: float = 0.12, min_width: float = 0.02, neighbours: int = 4,
-                 balance_radius: float = 0.8, stage_share_power: float = 0.5):
+                 balance_radius: float = 0.8, stage_share_power: float = 0.5, explore_beta: float = 0.5):
         super().__init__(dim, seed)
         if not 0 < elite_fraction < 1 or not 0 <= explore < 1 or not 0 <= stage_share_power <= 1:
             raise ValueError(f"elite_fraction {elite_fraction}, explore {explore} and stage_share_power "
@@ -118,6 +126,7 @@ class CEMSampler(Sampler):
         self.rng = np.random.default_rng(self.seed)
         self.elite_fraction = elite_fraction
         self.explore = explore
+        self.exploration = _Exploration(dim, explore_beta)  # the warm-up's and the explore draws' distribution
         self.warmup = warmup
         self.max_width, self.min_width = max_width, min_width
         self.neighbours = neighbours  # elites a draw's width comes from (0: all the stage's)
@@ -127,7 +136,7 @@ class CEMSampler(Sampler):
         self.margins = np.zeros(0)
         self.stages: list[str] = []
         self.log_density = np.zeros(0)  # per trial: log density of the proposal it was drawn from
-        self._proposal: _Mixture | None = None  # the last ask's, until its points are told
+        self._proposal: _Mixture | _Exploration | None = None  # the last ask's, until its points are told
 
     def tell(self, points, margins, stages) -> None:
         points = np.asarray(points, float).reshape(-1, self.dim)
@@ -171,8 +180,8 @@ class CEMSampler(Sampler):
 
     def ask(self, n: int) -> np.ndarray:
         if len(self.margins) < self.warmup:
-            self._proposal = None
-            return self.rng.random((n, self.dim))
+            self._proposal = self.exploration
+            return self.exploration.sample(n, self.rng)
         groups = self._by_stage(self.elites(), self._weights())
         # A stage's share of the draws grows as a power of the volume its elites stand for (as
         # in failure_volumes, which they are once failures are found): equal shares (power 0)
@@ -181,7 +190,7 @@ class CEMSampler(Sampler):
         volume = np.array([weight for _, weight in groups.values()])
         stages = [(self.points[rows], *self._stage(self.points[rows])) for rows, _ in groups.values()]
         explore = int(round(self.explore * n)) / n
-        mixture = _Mixture(stages, volume ** self.stage_share_power, explore)
+        mixture = _Mixture(stages, volume ** self.stage_share_power, explore, self.exploration)
         self._proposal = mixture
         return mixture.sample(n, self.rng)
 
@@ -209,20 +218,45 @@ class CEMSampler(Sampler):
         return widths, weights / weights.sum()
 
 
-class _Mixture:
-    """CEM's proposal: a fraction `explore` uniform over the unit cube; the rest split between
-    stages by `shares`, each stage a mixture of Gaussians with diagonal widths on its centres
-    (weighted by its balance, which sums to 1 as CEMSampler._stage gives it); every draw folded
-    back into the cube."""
+class _Exploration:
+    """CEM's exploration: Beta(beta, beta), independently per factor of the unit cube (1: uniform;
+    below 1, denser toward both ends of every range)."""
 
-    def __init__(self, stages: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shares: np.ndarray, explore: float):
-        self.stages = stages
-        self.shares, self.explore = shares / shares.sum(), explore
+    def __init__(self, dim: int, beta: float):
+        if not beta > 0:
+            raise ValueError(f"explore_beta {beta}; expected a Beta shape above 0 (1: uniform exploration, "
+                             "0.5: the arcsine distribution)")
+        self.dim, self.beta = dim, float(beta)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        dim = self.stages[0][0].shape[1]
+        if self.beta == 1.0:
+            return rng.random((n, self.dim))
+        return rng.beta(self.beta, self.beta, size=(n, self.dim))
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, float)
+        if self.beta == 1.0:
+            return np.zeros(len(x))
+        from scipy import stats
+        # A draw can round to a face, where the density of a shape below 1 is infinite.
+        return stats.beta.logpdf(np.clip(x, 1e-12, 1 - 1e-12), self.beta, self.beta).sum(axis=1)
+
+
+class _Mixture:
+    """CEM's proposal: a fraction `explore` from the exploration distribution; the rest split
+    between stages by `shares`, each stage a mixture of Gaussians with diagonal widths on its
+    centres (weighted by its balance, which sums to 1 as CEMSampler._stage gives it); every draw
+    folded back into the cube."""
+
+    def __init__(self, stages: list[tuple[np.ndarray, np.ndarray, np.ndarray]], shares: np.ndarray, explore: float,
+                 exploration: _Exploration):
+        self.stages = stages
+        self.shares, self.explore, self.exploration = shares / shares.sum(), explore, exploration
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         n_explore = int(round(self.explore * n))
-        out = [rng.random((n_explore, dim))]
+        out = [self.exploration.sample(n_explore, rng)]
+        dim = self.stages[0][0].shape[1]
         picks = rng.choice(len(self.stages), size=n - n_explore, p=self.shares)
         for k, (centres, widths, balance) in enumerate(self.stages):
             rows = rng.choice(len(centres), size=int((picks == k).sum()), p=balance)
@@ -244,7 +278,8 @@ class _Mixture:
         gaussians = logsumexp(np.stack(per_stage, axis=1) + np.log(self.shares)[None], axis=1)
         if self.explore <= 0:
             return gaussians
-        return np.logaddexp(np.log(self.explore), np.log1p(-self.explore) + gaussians)
+        return np.logaddexp(np.log(self.explore) + self.exploration.log_density(x[:, 0, :]),
+                            np.log1p(-self.explore) + gaussians)
 
 
 class TPESampler(Sampler):
