@@ -151,3 +151,23 @@ def test_the_search_command_prints_clusters_and_the_report(task_file, tmp_path, 
     assert main(["search", "--task", task_file, "--policy", HOLD, "--budget", "5", "--sampler", "sobol",
                  "--factors", "block_z", "--out", str(out)]) == 2
     assert "no factor 'block_z'" in capsys.readouterr().err
+
+
+def test_the_search_command_passes_sampler_options_and_names_a_wrong_one(task_file, tmp_path, capsys):
+    out = tmp_path / "cli"
+    base = ["search", "--task", task_file, "--policy", HOLD, "--budget", "20", "--sampler", "cem", "--batch", "10",
+            "--no-images", "--no-progress", "--refine-steps", "0"]
+    assert main(base + ["--out", str(out), "--sampler-option", "warmup=10", "--sampler-option", "explore_beta=1"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sampler_options"] == {"warmup": 10, "explore_beta": 1}
+    with TrialStore(out / "trials.sqlite") as store:
+        config = store.campaign_config(store.campaigns()[0])
+    assert config["sampler_options"] == {"warmup": 10, "explore_beta": 1}
+    capsys.readouterr()
+    for option, message in (("explore_bta=1", "sampler 'cem' has no option 'explore_bta'; its options: "),
+                            ("explore_beta", "--sampler-option 'explore_beta'; expected KEY=VALUE"),
+                            ("explore_beta=wide", "option explore_beta = 'wide'; expected float"),
+                            ("warmup=7.5", "option warmup = 7.5; expected int"),
+                            ("explore_beta=0", "explore_beta 0.0; expected a Beta shape above 0")):
+        assert main(base + ["--out", str(tmp_path / "bad"), "--sampler-option", option]) == 2, option
+        assert message in capsys.readouterr().err, option

@@ -23,6 +23,18 @@ def _factors(text: str | None) -> list[str] | None:
     return [f.strip() for f in text.split(",") if f.strip()] if text else None
 
 
+def _sampler_options(texts: list[str] | None) -> dict:
+    """--sampler-option KEY=VALUE pairs; a value is read as a YAML scalar (1, 0.5, true)."""
+    import yaml
+    options = {}
+    for text in texts or []:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip().isidentifier() or not value.strip():
+            raise ValueError(f"--sampler-option {text!r}; expected KEY=VALUE, e.g. explore_beta=1")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="a task name (config/tasks) or task YAML")
     p.add_argument("--workers", type=int, default=1, help="parallel trials (processes, or Ray actors)")
@@ -111,15 +123,19 @@ def _search(args) -> int:
     from r2s2r.eval.tasks import load_task
     from r2s2r.search.campaign import run_search
 
+    options = _sampler_options(args.sampler_option)
     task = load_task(args.task)
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     with TrialStore(store_path) as store:
         search = run_search(task, args.policy, args.budget, args.sampler, args.seed, args.batch, _factors(args.factors),
                             args.workers, args.backend, args.address, store, args.refine_steps, args.control_rate,
-                            progress=not args.no_progress, task_ref=args.task, envelope=args.envelope)
+                            progress=not args.no_progress, task_ref=args.task, envelope=args.envelope,
+                            sampler_options=options)
         meta = {"task": args.task, "policy": args.policy, "sampler": args.sampler, "campaign": search.campaign,
                 "seed": args.seed, "budget": args.budget, "store": str(store_path)}
+        if options:
+            meta["sampler_options"] = options
         if args.envelope:
             meta["envelope"] = args.envelope
         report = write_report(out, search.results, search.space, meta, search.atlas, search.boundaries,
@@ -172,6 +188,9 @@ def add_eval_parsers(sub) -> None:
     se.add_argument("--sampler", choices=SAMPLERS, default="uniform")
     se.add_argument("--batch", type=int, default=DEFAULT_BATCH,
                     help="trials per sampler round (results do not depend on --workers)")
+    se.add_argument("--sampler-option", action="append", metavar="KEY=VALUE",
+                    help="a sampler's option (repeatable), e.g. explore_beta=1 for CEM's uniform exploration; "
+                         "see docs/evaluation.md")
     se.add_argument("--envelope", default=None,
                     help="search within one of the space's named envelopes (narrower ranges), e.g. operating")
     se.add_argument("--refine-steps", type=int, default=4,

@@ -441,10 +441,33 @@ def _reflect(x: np.ndarray) -> np.ndarray:
 
 
 def make_sampler(name: str, dim: int, seed: int = 0, **options) -> Sampler:
+    """A sampler by name; `options` are its keyword arguments (CEMSampler's explore_beta, ...),
+    checked against its signature and converted to the types of their defaults, so options from
+    a command line or a YAML file fail with a message that names the option."""
+    import inspect
     classes = {"uniform": UniformSampler, "sobol": SobolSampler, "cem": CEMSampler, "tpe": TPESampler}
     if name not in classes:
         raise ValueError(f"sampler {name!r}; expected one of {', '.join(SAMPLERS)}")
-    return classes[name](dim, seed, **options)
+    accepted = {key: parameter.default for key, parameter in inspect.signature(classes[name].__init__).parameters.items()
+                if key not in ("self", "dim", "seed")}
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"sampler {name!r} has no option {', '.join(map(repr, unknown))}; its options: "
+                         f"{', '.join(accepted) or 'none'}")
+    return classes[name](dim, seed, **{key: _option(name, key, value, accepted[key]) for key, value in options.items()})
+
+
+def _option(sampler: str, key: str, value, default):
+    """An option's value as the type of its default (an int where the default is one, ...)."""
+    kind = type(default)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is bool and isinstance(value, bool):
+        return value
+    if kind is float and number:
+        return float(value)
+    if kind is int and number and float(value).is_integer():
+        return int(value)
+    raise ValueError(f"sampler {sampler!r} option {key} = {value!r}; expected {kind.__name__} (default {default!r})")
 
 
 __all__ = ["DEFAULT_BATCH", "NEAR_MISS", "FOLLOW_UP", "Sampler", "UniformSampler", "SobolSampler", "CEMSampler",
