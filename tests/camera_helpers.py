@@ -272,5 +272,5 @@ class CameraListener:
 
     def close(self):
         self.executor.shutdown(timeout_sec=1.0)
-        self.node.destroy_node()
         self.thread.join(timeout=2.0)
+        self.node.destroy_node()

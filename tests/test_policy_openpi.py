@@ -231,7 +231,8 @@ def test_policy_node_holds_when_its_server_dies(server):
     executor = MultiThreadedExecutor(num_threads=2, context=context)
     executor.add_node(node)
     executor.add_node(peer)
-    threading.Thread(target=executor.spin, daemon=True).start()
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
 
     def wait_for(predicate, timeout=20.0):
         deadline = time.monotonic() + timeout
@@ -250,6 +251,7 @@ def test_policy_node_holds_when_its_server_dies(server):
                                     for m in diagnostics for st in m.status))
     finally:
         executor.shutdown(timeout_sec=2.0)
+        spinner.join(timeout=5.0)  # a spin_once still in flight would meet a shut-down context
         node.close()
         node.destroy_node()
         peer.destroy_node()

@@ -157,6 +157,7 @@ class RobotClient:
         return self._call(SetBool, "enable", SetBool.Request(data=on), timeout)
 
     def close(self) -> None:
+        # rclpy's shutdown does not wait for a spin_once in flight: join before destroying
         self._executor.shutdown(timeout_sec=1.0)
-        self.node.destroy_node()
         self._thread.join(timeout=2.0)
+        self.node.destroy_node()
