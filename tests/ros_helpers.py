@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,16 +48,36 @@ class StackProcess:
             time.sleep(0.05)
         return any(text in line for line in list(self.lines))
 
+    def node_pids(self) -> dict[str, int]:
+        """The runner's node processes, by node name, as it announced them."""
+        return {m[1]: int(m[2]) for line in list(self.lines)
+                if (m := re.match(r"\[r2s2r up\] started (\S+) \(\S+\), pid (\d+)", line))}
+
     def stop(self, sig=signal.SIGINT, timeout: float = 10.0) -> float:
-        """Signal the runner; returns how long it took to exit."""
+        """Signal the runner; returns how long it took to exit. A stack that does not stop
+        has every process print its threads' stacks (SIGUSR1) into the error, and is killed
+        whole, nodes included, so no node outlives its test and talks into the next one."""
         start = time.monotonic()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                pids = [self.proc.pid, *self.node_pids().values()]
+                for pid in pids:
+                    _signal_group(pid, signal.SIGUSR1)
+                time.sleep(1.0)
+                for pid in pids:
+                    _signal_group(pid, signal.SIGKILL)
                 self.proc.wait()
+                self._reader.join(timeout=2)
                 raise AssertionError(f"stack did not stop within {timeout} s:\n{self.output}")
         self._reader.join(timeout=2)
         return time.monotonic() - start
+
+
+def _signal_group(pid: int, sig) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass

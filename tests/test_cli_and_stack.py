@@ -1,6 +1,8 @@
 """The `r2s2r` command and the stack runner: registry listing and export, malformed stacks,
-clean shutdown on SIGINT / SIGTERM, and the on_exit policies for a node that dies."""
+clean shutdown on SIGINT / SIGTERM, nodes that leave with a killed runner, and the on_exit
+policies for a node that dies."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from r2s2r.cli import main
 from r2s2r.config import ConfigError
 from r2s2r.robots import UnknownRobotError, get_robot, robot_names
 from r2s2r.stack import launch_node_arguments, load_stack, node_command
+from r2s2r.waiting import wait_for
 
 
 def test_robots_list_prints_every_registered_robot(capsys):
@@ -112,6 +115,29 @@ def test_up_prefixes_output_and_stops_everything_within_5_s(tmp_path, stack_proc
     assert took < 5.0
     assert proc.proc.returncode == 0
     assert "stack stopped" in proc.output
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's new parent may be slow to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_node_dumps_its_stacks_on_sigusr1_and_leaves_with_a_killed_runner(tmp_path, stack_process):
+    proc = stack_process(sleeper_stack(tmp_path))
+    assert proc.wait_for_line("on backend sim", 60), proc.output
+    driver = proc.node_pids()["driver"]
+    os.kill(driver, signal.SIGUSR1)
+    assert proc.wait_for_line("most recent call first", 10), proc.output
+    assert any(line.startswith("[driver]") and "executors.py" in line for line in proc.lines), proc.output
+    assert _running(driver) and proc.proc.poll() is None  # a dump, not a stop
+    # kill -9 on the runner: nothing it could do, the kernel's parent-death signal ends the node.
+    proc.proc.kill()
+    proc.proc.wait()
+    assert wait_for(lambda: not _running(driver), 10), f"driver {driver} outlived its runner"
 
 
 def test_node_that_dies_is_restarted_when_the_stack_says_so(tmp_path, stack_process):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "r2s2r"
-SHARED = {"config", "paths", "waiting"}  # YAML validation, the share directory, polling: used by every layer
+# YAML validation, the share directory, polling, process start-up: used by every layer
+SHARED = {"config", "paths", "processes", "waiting"}
 # What each layer may import (DESIGN.md's table; `everything above` spelled out).
 ABOVE_DATA = {"contract", "robots", "sim", "hardware", "camera", "policy", "eval", "search"}
 MAY_IMPORT = {

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
+from r2s2r.processes import dump_stacks_on
 
 ON_EXIT = ("stop", "restart", "ignore")
 STOP_TIMEOUT_S = 4.0  # SIGTERM, then SIGKILL: everything is down within 5 s
@@ -266,6 +267,7 @@ class StackRunner:
         self.log("stack stopped")
 
     def run(self) -> int:
+        dump_stacks_on()
         previous = {s: signal.signal(s, self.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.start()

@@ -12,6 +12,8 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
+from r2s2r.processes import dump_stacks_on, exit_with_parent
+
 # MuJoCo's mj_step and rclpy's waits release the GIL; a thread coming back from one waits until
 # the thread running Python (an executor rebuilding its wait set for every message) hands it
 # over, by default after 5 ms. A driver steps its twin several times per 4 ms state tick, so
@@ -27,6 +29,8 @@ def prompt_gil_handover() -> None:
 
 def run(make_node: Callable[[], Node], args=None) -> int:
     prompt_gil_handover()
+    exit_with_parent()
+    dump_stacks_on()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.ALL)
     node = None
     code = 0
