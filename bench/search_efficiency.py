@@ -70,10 +70,11 @@ def main() -> None:
     envelope = args.envelope or None
     space = SearchSpace(task.perturbations, factors, envelope)
     seeds = [int(s) for s in args.seeds.split(",")]
-    unknown = sorted(set(args.samplers.split(",")) - set(SAMPLERS))
-    if unknown:
-        parser.error(f"unknown sampler(s) {', '.join(unknown)}; expected some of {', '.join(SAMPLERS)}")
-    samplers = [s for s in SAMPLERS if s == "uniform" or s in args.samplers.split(",")]
+    asked = set(args.samplers.split(","))
+    if asked - set(SAMPLERS):
+        parser.error(f"unknown sampler(s) {', '.join(sorted(asked - set(SAMPLERS)))}; "
+                     f"expected some of {', '.join(SAMPLERS)}")
+    samplers = [s for s in SAMPLERS if s == "uniform" or s in asked]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.workers} workers; {TASK}, "
           f"expert policy; budget {args.budget} per sampler and seed; seeds {seeds}; {space.dim} factors"
           + (f" within envelope {envelope}" if envelope else ""))

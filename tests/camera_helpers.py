@@ -222,6 +222,8 @@ class CameraListener:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
+
+        from r2s2r.nodes.runtime import spin_in_background
         from rclpy.node import Node
         from sensor_msgs.msg import CameraInfo, Image
 
@@ -245,8 +247,7 @@ class CameraListener:
         self.node.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, self._on_diagnostics, qos.DIAGNOSTICS)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.thread = spin_in_background(self.executor)
 
     def _keep(self, store, msg, slow=False):
         with self.lock:
@@ -271,6 +272,6 @@ class CameraListener:
             return len(self.images[camera])
 
     def close(self):
-        self.executor.shutdown(timeout_sec=1.0)
-        self.thread.join(timeout=2.0)
+        from r2s2r.nodes.runtime import stop_spinning
+        stop_spinning(self.executor, self.thread)
         self.node.destroy_node()

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from r2s2r.processes import signal_group
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -65,19 +67,13 @@ class StackProcess:
             except subprocess.TimeoutExpired:
                 pids = [self.proc.pid, *self.node_pids().values()]
                 for pid in pids:
-                    _signal_group(pid, signal.SIGUSR1)
+                    signal_group(pid, signal.SIGUSR1)
                 time.sleep(1.0)
                 for pid in pids:
-                    _signal_group(pid, signal.SIGKILL)
+                    signal_group(pid, signal.SIGKILL)
                 self.proc.wait()
                 self._reader.join(timeout=2)
                 raise AssertionError(f"stack did not stop within {timeout} s:\n{self.output}")
         self._reader.join(timeout=2)
         return time.monotonic() - start
 
-
-def _signal_group(pid: int, sig) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -203,6 +203,7 @@ def test_policy_node_holds_when_its_server_dies(server):
 
     from r2s2r.contract import Topics, qos
     from r2s2r.nodes.policy_node import PolicyNode
+    from r2s2r.nodes.runtime import spin_in_background, stop_spinning
 
     fr3 = get_robot("franka_fr3")
     target = fr3.home_positions + 0.05
@@ -231,8 +232,7 @@ def test_policy_node_holds_when_its_server_dies(server):
     executor = MultiThreadedExecutor(num_threads=2, context=context)
     executor.add_node(node)
     executor.add_node(peer)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    spinner = spin_in_background(executor)
 
     def wait_for(predicate, timeout=20.0):
         deadline = time.monotonic() + timeout
@@ -250,8 +250,7 @@ def test_policy_node_holds_when_its_server_dies(server):
         assert wait_for(lambda: any(st.level == b"\x02" and "policy error" in st.message
                                     for m in diagnostics for st in m.status))
     finally:
-        executor.shutdown(timeout_sec=2.0)
-        spinner.join(timeout=5.0)  # a spin_once still in flight would meet a shut-down context
+        stop_spinning(executor, spinner, timeout=5.0)
         node.close()
         node.destroy_node()
         peer.destroy_node()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from r2s2r.processes import signal_group
+
 ARRIVAL_TOLERANCE_RAD = 1e-3
 STACK = "config/stacks/franka_sim.yaml"
 
@@ -74,7 +76,7 @@ def run(out_dir: str = "demo_output") -> int:
         try:
             code = stack.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
-            os.killpg(stack.pid, signal.SIGKILL)
+            signal_group(stack.pid, signal.SIGKILL)
             code = stack.wait()
             ok = False
         _say(f"stack stopped in {time.monotonic() - t0:.2f} s (exit code {code})")

@@ -1,5 +1,6 @@
-"""What every long-running r2s2r process does at start: leave with its parent, and say where
-it is stuck when asked. No ROS here: the stack runner and the nodes both use it."""
+"""What every long-running r2s2r process does at start (leave with its parent, say where it
+is stuck when asked) and how a parent signals the processes it started. No ROS here: the
+stack runner and the nodes both use it."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def exit_with_parent(sig: int = signal.SIGTERM) -> bool:
     return True
 
 
+def signal_group(pid: int, sig: int) -> None:
+    """`sig` to the process group `pid` leads (a process started in a session of its own,
+    with its children); one already gone is no error."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def dump_stacks_on(sig: int = getattr(signal, "SIGUSR1", 0)) -> None:
     """`kill -USR1 <pid>` prints every thread's Python stack to stderr: a node or a runner
     that will not stop says where it is stuck."""
@@ -36,4 +46,4 @@ def dump_stacks_on(sig: int = getattr(signal, "SIGUSR1", 0)) -> None:
         faulthandler.register(sig, all_threads=True)
 
 
-__all__ = ["exit_with_parent", "dump_stacks_on"]
+__all__ = ["exit_with_parent", "signal_group", "dump_stacks_on"]

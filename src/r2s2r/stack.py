@@ -31,7 +31,7 @@ from pathlib import Path
 
 from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
-from r2s2r.processes import dump_stacks_on
+from r2s2r.processes import dump_stacks_on, signal_group
 
 ON_EXIT = ("stop", "restart", "ignore")
 STOP_TIMEOUT_S = 4.0  # SIGTERM, then SIGKILL: everything is down within 5 s
@@ -195,10 +195,7 @@ class _Process:
 
     def signal(self, sig) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_group(self.proc.pid, sig)
 
 
 class StackRunner:

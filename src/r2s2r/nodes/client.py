@@ -19,6 +19,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract import JointSample, Topics
 from r2s2r.contract import convert, qos
+from r2s2r.nodes.runtime import spin_in_background, stop_spinning
 from r2s2r.waiting import wait_for
 
 
@@ -44,8 +45,7 @@ class RobotClient:
                                           lambda msg, c=cam: self._on_image(c, msg), qos.SENSOR)
         self._executor = SingleThreadedExecutor()
         self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._executor.spin, daemon=True)
-        self._thread.start()
+        self._thread = spin_in_background(self._executor)
 
     # -- inputs -------------------------------------------------------------------------------
     def _on_joints(self, msg):
@@ -157,7 +157,5 @@ class RobotClient:
         return self._call(SetBool, "enable", SetBool.Request(data=on), timeout)
 
     def close(self) -> None:
-        # rclpy's shutdown does not wait for a spin_once in flight: join before destroying
-        self._executor.shutdown(timeout_sec=1.0)
-        self._thread.join(timeout=2.0)
+        stop_spinning(self._executor, self._thread)
         self.node.destroy_node()

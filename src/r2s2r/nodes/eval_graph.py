@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from dataclasses import asdict, replace
 
@@ -44,7 +43,7 @@ from r2s2r.eval.runner import TrialResult, TrialSpec
 from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.policy_node import PolicyNode
-from r2s2r.nodes.runtime import prompt_gil_handover
+from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
 STALL_S = 30.0  # wall seconds without the twin's clock moving: the driver has stopped
@@ -101,8 +100,7 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
         policy.assembler = _WithObjects(policy.assembler, poses)
         executor.add_node(driver)
         executor.add_node(policy)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
+        spinner = spin_in_background(executor)
         policy._start()  # what its ~/start service does: reset the runtime, begin acting
         period = 1.0 / task.control_rate_hz
         limit = start + task.time_limit_s
@@ -132,9 +130,7 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
     finally:
         if policy is not None:
             policy.running = False  # no more ticks, so nothing is submitted while shutting down
-        executor.shutdown(timeout_sec=5.0)
-        if spinner is not None:
-            spinner.join(timeout=5.0)
+        stop_spinning(executor, spinner, timeout=5.0)
         for node in (policy, driver):
             if node is not None:
                 node.close()

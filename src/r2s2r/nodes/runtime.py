@@ -5,6 +5,7 @@ executor and end the node cleanly."""
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Callable
 
 import rclpy
@@ -25,6 +26,22 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 def prompt_gil_handover() -> None:
     """Have this process's threads hand the GIL over within GIL_SWITCH_INTERVAL_S."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
+def spin_in_background(executor) -> threading.Thread:
+    """The executor spinning in a daemon thread; end it with stop_spinning."""
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_spinning(executor, thread: threading.Thread | None, timeout: float = 2.0) -> None:
+    """Shut the executor down and wait for its spin thread before anyone destroys its nodes or
+    shuts their context down: rclpy's Executor.shutdown does not wait for a spin_once in
+    flight, which would then meet a destroyed node or an invalid context."""
+    executor.shutdown(timeout_sec=timeout)
+    if thread is not None:
+        thread.join(timeout=timeout)
 
 
 def run(make_node: Callable[[], Node], args=None) -> int:

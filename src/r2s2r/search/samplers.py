@@ -56,6 +56,7 @@ every run, resumed or not, whatever the number of workers.
 from __future__ import annotations
 
 import abc
+import inspect
 import warnings
 from typing import Sequence
 
@@ -140,7 +141,7 @@ class CEMSampler(Sampler):
 
     def tell(self, points, margins, stages) -> None:
         points = np.asarray(points, float).reshape(-1, self.dim)
-        # Points told without an ask (or after a uniform one) count as uniform draws: density 1.
+        # Points told without an ask count as uniform draws: density 1.
         density = self._proposal.log_density(points) if self._proposal is not None else np.zeros(len(points))
         self._proposal = None
         self.points = np.vstack([self.points, points])
@@ -229,7 +230,7 @@ class _Exploration:
         self.dim, self.beta = dim, float(beta)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if self.beta == 1.0:
+        if self.beta == 1.0:  # the uniform draws CEM made before explore_beta, bit for bit
             return rng.random((n, self.dim))
         return rng.beta(self.beta, self.beta, size=(n, self.dim))
 
@@ -444,7 +445,6 @@ def make_sampler(name: str, dim: int, seed: int = 0, **options) -> Sampler:
     """A sampler by name; `options` are its keyword arguments (CEMSampler's explore_beta, ...),
     checked against its signature and converted to the types of their defaults, so options from
     a command line or a YAML file fail with a message that names the option."""
-    import inspect
     classes = {"uniform": UniformSampler, "sobol": SobolSampler, "cem": CEMSampler, "tpe": TPESampler}
     if name not in classes:
         raise ValueError(f"sampler {name!r}; expected one of {', '.join(SAMPLERS)}")
