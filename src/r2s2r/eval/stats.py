@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import stats
 
 Z95 = 1.959963984540054  # the two-sided 95% quantile of the standard normal
 
@@ -41,7 +42,9 @@ class Rate:
 
 
 def wilson(successes: int, trials: int, z: float = Z95) -> Rate:
-    """The Wilson score interval of a success rate (95% by default)."""
+    """The Wilson score interval of a success rate (95% by default). Written out rather than
+    scipy's BinomTestResult.proportion_ci(method="wilson"), the same interval, to take z and
+    to keep both ends on the side of p where rounding at p = 0 or 1 would not."""
     if trials < 0 or not 0 <= successes <= trials:
         raise ValueError(f"{successes} successes in {trials} trials; expected 0 <= successes <= trials")
     if trials == 0:
@@ -55,17 +58,12 @@ def wilson(successes: int, trials: int, z: float = Z95) -> Rate:
 
 
 # -- pairwise tests ---------------------------------------------------------------------------------
-def _binomial_two_sided(k: int, n: int) -> float:
-    """P(X as extreme as k) for X ~ Binomial(n, 1/2), both tails."""
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2.0 ** n
-    return min(1.0, 2.0 * tail)
-
-
 def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant counts (a passed, b failed; the reverse)."""
-    return _binomial_two_sided(only_a, only_a + only_b)
+    """Two-sided exact McNemar p-value from the discordant counts (a passed, b failed; the
+    reverse): the binomial test of only_a in only_a + only_b at p = 1/2."""
+    if only_a + only_b == 0:
+        return 1.0
+    return float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
 def two_proportion_z(k1: int, n1: int, k2: int, n2: int) -> float:
@@ -81,7 +79,9 @@ def two_proportion_z(k1: int, n1: int, k2: int, n2: int) -> float:
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (same order as given)."""
+    """Holm-Bonferroni adjusted p-values (same order as given). scipy adjusts only by
+    Benjamini-Hochberg / -Yekutieli (false_discovery_control), and statsmodels for these few
+    lines would be a dependency of its own."""
     m = len(p_values)
     order = sorted(range(m), key=lambda i: p_values[i])
     adjusted = [0.0] * m
@@ -163,24 +163,11 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     return float(dx @ dy) / denominator if denominator > 0 else math.nan
 
 
-def _average_ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(len(x))
-    sorted_x = x[order]
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0  # ties share the mean of their ranks
-        i = j + 1
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation (Pearson of average ranks, so ties are handled)."""
+    """Spearman rank correlation: Pearson of the ranks, ties sharing the mean of theirs (nan,
+    as pearson, when either is constant, where scipy's spearmanr would also warn)."""
     x, y = _pair(x, y)
-    return pearson(_average_ranks(x), _average_ranks(y))
+    return pearson(stats.rankdata(x), stats.rankdata(y))
 
 
 def mmrv(sim: Sequence[float], real: Sequence[float]) -> float:
