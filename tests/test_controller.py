@@ -95,12 +95,14 @@ def _loop_after(batched: bool, watchdog_s: float = 0.5):
     """A twin's ControlLoop streamed a far target (limits engaged) then run 0.6 s, cycle by cycle
     or through run_cycles; returns what the two must agree on."""
     from r2s2r.hardware.loop import ControlLoop
-    from r2s2r.hardware.safety import SafetyLimits
+    from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
     from r2s2r.hardware.sim import SimHardware
     from r2s2r.sim.scene import load_scene
     hardware = SimHardware(load_scene("config/scenes/franka_table.yaml"), seed=3)
     hardware.connect()
-    loop = ControlLoop(hardware, limits=SafetyLimits.of(FR3, velocity_scale=0.5, watchdog_s=watchdog_s))
+    loop = ControlLoop(hardware, limits=SafetyLimits.of(FR3, watchdog_s=watchdog_s))
+    # A filter slower than the limiter plans for, so that it has work to do on both paths.
+    loop.safety = SafetyFilter(SafetyLimits.of(FR3, velocity_scale=0.5), loop.dt, loop.positions())
     target = np.clip(FR3.home_positions + 0.6, FR3.limits.lower, FR3.limits.upper)[:7]
     loop.controller.command_positions("arm", target, now=hardware.now)
     loop.controller.command_gripper("gripper", [0.01], now=hardware.now)

@@ -90,6 +90,11 @@ class Hardware(abc.ABC):
     def home(self) -> None:
         self.reset()
 
+    def command_limits(self, limits):
+        """The SafetyLimits this backend can follow, within `limits` (the datasheet's by default):
+        a backend whose servos cannot keep up with some of them narrows them here."""
+        return limits
+
     @property
     def now(self) -> float:
         """Seconds on the robot's clock; real backends use the host's monotonic clock."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from r2s2r.contract.types import CommandError
+from r2s2r.hardware.kernels import follow
 from r2s2r.hardware.motion import MotionLimiter
 from r2s2r.hardware.trajectory import TrajectorySampler
 from r2s2r.hardware.validation import (check_finite, check_length, check_within, order_by_names)
@@ -39,18 +40,28 @@ class CommandStats:
     watchdog_stops: int = 0
     last_error: str = ""
     last_error_time: float = float("nan")
+    last_accepted_time: float = float("nan")  # robot time of the last command taken
 
 
 class JointController:
     """`watchdog_s`: a streaming group whose last target is older than this brakes to a stop
-    within the limits and holds (0 disables; trajectories are exempt: they carry their own timing)."""
+    within the limits and holds (0 disables; trajectories are exempt: they carry their own timing).
+    `velocity` / `acceleration` / `lower` / `upper`: what the motion limiter plans with and commands
+    are checked against (default the robot's limits; the safety filter's, so that narrower limits
+    are planned for, not clipped after the fact)."""
 
-    def __init__(self, robot: RobotSpec, position: np.ndarray, watchdog_s: float = 0.0):
+    def __init__(self, robot: RobotSpec, position: np.ndarray, watchdog_s: float = 0.0,
+                 velocity: np.ndarray | None = None, acceleration: np.ndarray | None = None,
+                 lower: np.ndarray | None = None, upper: np.ndarray | None = None):
         self.robot = robot
         self.watchdog_s = watchdog_s
         limits = robot.limits
-        self.lower, self.upper = limits.lower, limits.upper
-        self.limiter = MotionLimiter(limits.velocity, limits.acceleration, position)
+        # The range commands are checked against: the robot's, or the narrower one its backend takes.
+        self.lower = limits.lower if lower is None else np.array(lower, dtype=float)
+        self.upper = limits.upper if upper is None else np.array(upper, dtype=float)
+        self.limiter = MotionLimiter(limits.velocity if velocity is None else velocity,
+                                     limits.acceleration if acceleration is None else acceleration,
+                                     np.clip(position, self.lower, self.upper))
         names = robot.joint_names
         self.groups: dict[str, _Group] = {}
         for g in robot.groups:
@@ -60,9 +71,14 @@ class JointController:
         self.gripper_targets = {g.name: (g.opening_range[1] if g.home_opening is None else g.home_opening)
                                 for g in robot.grippers}
         self.stats = CommandStats()
+        self.latched = ""  # why commands are refused (a latched estop), empty while they are taken
         self._lock = threading.Lock()  # commands arrive on executor threads, updates on the loop
 
     # -- commands -------------------------------------------------------------------------------
+    def _check_open(self, label: str) -> None:
+        if self.latched:
+            raise CommandError(f"{label}: dropped, {self.latched}")
+
     def _reject(self, kind: str, error: CommandError, now: float) -> None:
         self.stats.rejected[kind] += 1
         self.stats.last_error = str(error)
@@ -72,9 +88,10 @@ class JointController:
         """Streaming targets for one group, in the group's joint order (forward_command_controller)."""
         kind = f"{group}_position"
         try:
+            label = f"{group}_position_controller/commands"
+            self._check_open(label)
             g = self._group(group)
             values = np.asarray(values, dtype=float).ravel()
-            label = f"{group}_position_controller/commands"
             check_length(label, values, g.joints)
             check_finite(label, values)
             check_within(label, values, self.lower[g.index], self.upper[g.index], g.joints)
@@ -87,6 +104,7 @@ class JointController:
             g.last_command = now
             g.watched = True
         self.stats.accepted[kind] += 1
+        self.stats.last_accepted_time = now
 
     def command_trajectory(self, group: str, names, stamp: float, times, positions, velocities,
                            accelerations, now: float) -> None:
@@ -94,6 +112,7 @@ class JointController:
         kind = f"{group}_trajectory"
         label = f"{group}_controller/joint_trajectory"
         try:
+            self._check_open(label)
             g = self._group(group)
             order = order_by_names(label, names, g.joints)
             positions = np.asarray(positions, float)[:, order]
@@ -123,10 +142,12 @@ class JointController:
             g.target = sampler.final_positions.copy()
             g.watched = False
         self.stats.accepted[kind] += 1
+        self.stats.last_accepted_time = now
 
     def command_gripper(self, gripper: str, values, now: float = 0.0) -> None:
         label = f"{gripper}_controller/commands"
         try:
+            self._check_open(label)
             if gripper not in self.grippers:
                 raise CommandError(f"{label}: robot {self.robot.name} has no gripper {gripper!r}")
             values = np.asarray(values, dtype=float).ravel()
@@ -141,6 +162,7 @@ class JointController:
         with self._lock:
             self.gripper_targets[gripper] = float(values[0])
         self.stats.accepted[gripper] += 1
+        self.stats.last_accepted_time = now
 
     def _group(self, group: str) -> _Group:
         if group not in self.groups:
@@ -150,11 +172,12 @@ class JointController:
 
     # -- the control cycle -------------------------------------------------------------------------
     def hold(self, position: np.ndarray | None = None) -> None:
-        """Drop every command and hold `position` at rest (a measured position after a reset,
-        a reconnect or an estop release), or, without one, the current setpoint."""
+        """Drop every command and hold `position` at rest (a measured position, clipped into the
+        limits, after a reset or a reconnect: the arm is known to stand still there), or, without
+        one, the current setpoint."""
         with self._lock:
             if position is not None:
-                self.limiter.reset(position)
+                self.limiter.reset(np.clip(position, self.lower, self.upper))
             for g in self.groups.values():
                 g.trajectory = None
                 g.watched = False
@@ -169,9 +192,18 @@ class JointController:
                 g.watched = False
                 g.target = stop[g.index]
 
+    def latch(self, reason: str) -> None:
+        """Brake to a stop and refuse every command, saying `reason`, until unlatch() (estop)."""
+        self.latched = reason
+        self.brake()
+
+    def unlatch(self) -> None:
+        """Take commands again; the arm holds where its braking stops (never a jump to elsewhere)."""
+        self.brake()
+        self.latched = ""
+
     def _stopping_point(self) -> np.ndarray:
-        v, a = self.limiter.velocity, self.limiter.max_acceleration
-        return np.clip(self.limiter.position + v * np.abs(v) / (2 * a), self.lower, self.upper)
+        return self.limiter.stopping_point(self.lower, self.upper)
 
     def update(self, now: float, dt: float) -> np.ndarray:
         """Setpoints of every joint (robot joint order) for the cycle that starts at `now`."""
@@ -193,6 +225,12 @@ class JointController:
                 else:
                     target[g.index] = g.target
             return self.limiter.step(target, dt, target_velocity).copy()
+
+    def follow(self, safety) -> None:
+        """Plan on from what the safety filter wrote where it changed the limiter's setpoint."""
+        with self._lock:
+            follow(self.limiter.position, self.limiter.velocity, safety.position, safety.velocity,
+                   safety.last_input)
 
     def locked(self) -> threading.Lock:
         """The lock that guards the limiter's state (for code that steps it directly)."""

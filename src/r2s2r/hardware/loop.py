@@ -26,22 +26,40 @@ class ControlLoop:
             # The twin steps a whole number of physics steps per control cycle.
             self.steps_per_cycle = max(1, int(round(self.dt / hardware.timestep)))
             self.dt = self.steps_per_cycle * hardware.timestep
-        self.limits = limits or SafetyLimits.of(self.robot)
+        self.limits = hardware.command_limits(limits or SafetyLimits.of(self.robot))
         self.last_sample: JointSample = hardware.read()
         position = self.last_sample.positions_of(self.robot.joint_names)
-        self.controller = JointController(self.robot, position, watchdog_s=self.limits.watchdog_s)
+        self.controller = JointController(self.robot, position, watchdog_s=self.limits.watchdog_s,
+                                          velocity=self.limits.velocity, acceleration=self.limits.acceleration,
+                                          lower=self.limits.lower, upper=self.limits.upper)
         self.safety = SafetyFilter(self.limits, self.dt, position)
         if not self.simulated:  # the twin starts open at home; a real gripper stays as it is
             self.controller.hold_grippers(self.measured_openings())
         self.cycles = 0
 
     def hold_here(self) -> None:
-        """Drop every command and hold the measured position (reset, reconnect, enable)."""
+        """Drop every command and hold the measured position, starting afresh from rest there.
+        Only where the arm is known to stand still: after connect, a reconnect, a fault reset, or a
+        twin reset or teleport. A moving arm is stopped with estop() or enable(), which brake."""
         self.last_sample = self.hardware.read()
         position = self.last_sample.positions_of(self.robot.joint_names)
         self.controller.hold(position)
         self.safety.reset(position)
         self.controller.hold_grippers(self.measured_openings())
+
+    def estop(self, reason: str = "estop is latched (clear it with ~/enable)") -> None:
+        """Latch a stop: brake to a stop within the acceleration limits and hold there; every
+        command until enable() raises CommandError naming `reason`."""
+        self.controller.latch(reason)
+
+    def enable(self) -> None:
+        """Clear a latched stop and take commands again, holding where the braking stops: the
+        setpoints never lose speed faster than the acceleration limits nor aim beyond a limit."""
+        self.controller.unlatch()
+
+    @property
+    def estopped(self) -> bool:
+        return bool(self.controller.latched)
 
     def measured_openings(self) -> np.ndarray:
         """Each gripper's opening as the sum of its finger joints (NaN where not measured)."""
@@ -53,6 +71,8 @@ class ControlLoop:
         if not self.simulated:
             self.last_sample = self.hardware.read()  # raises LinkLost when the robot is gone
         setpoints = self.safety(self.controller.update(now, self.dt))
+        if self.safety.intervened:
+            self.controller.follow(self.safety)
         self.hardware.write(JointCommand(self.robot.joint_names, setpoints, stamp=now),
                             self.controller.gripper_openings())
         if self.simulated:
@@ -78,7 +98,8 @@ class ControlLoop:
         counts = np.zeros(len(SAFETY_REASONS), dtype=np.int64)
         with self.controller.locked():
             track(n, target, self.dt, limiter.position, limiter.velocity, limiter.max_velocity,
-                  limiter.max_acceleration, safety.position, safety.velocity, *safety.bounds, counts, setpoints)
+                  limiter.max_acceleration, safety.position, safety.velocity, safety.last_input, *safety.bounds,
+                  counts, setpoints)
         safety.add_counts(counts)
         self.hardware.advance_through(setpoints, self.controller.gripper_openings(), self.steps_per_cycle)
         self.cycles += n

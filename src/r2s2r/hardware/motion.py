@@ -12,9 +12,10 @@ from r2s2r.hardware.kernels import limiter_step
 
 class MotionLimiter:
     def __init__(self, max_velocity: np.ndarray, max_acceleration: np.ndarray, position: np.ndarray):
-        self.max_velocity = np.ascontiguousarray(max_velocity, float)
-        self.max_acceleration = np.ascontiguousarray(max_acceleration, float)
-        self.position = np.array(position, float)
+        # Copies: the limiter must never share (and so never change) a robot's limit arrays.
+        self.max_velocity = np.array(max_velocity, dtype=float)
+        self.max_acceleration = np.array(max_acceleration, dtype=float)
+        self.position = np.array(position, dtype=float)
         self.velocity = np.zeros_like(self.position)
 
     def reset(self, position: np.ndarray) -> None:
@@ -22,10 +23,16 @@ class MotionLimiter:
         self.velocity[:] = 0.0
 
     def step(self, target: np.ndarray, dt: float, target_velocity: np.ndarray | None = None) -> np.ndarray:
-        """Advance by dt toward `target` (moving at `target_velocity`, if known); returns the setpoint."""
+        """Advance by dt toward `target` (moving at `target_velocity`, if known; a joint whose target
+        velocity is zero lands on its target once it can); returns the setpoint."""
         target = np.ascontiguousarray(target, dtype=float)
-        land = target_velocity is None  # a target at rest: land on it once it is reachable this cycle
-        target_velocity = np.zeros_like(target) if land else np.ascontiguousarray(target_velocity, dtype=float)
-        limiter_step(self.position, self.velocity, target, target_velocity, land, float(dt),
+        target_velocity = (np.zeros_like(target) if target_velocity is None
+                           else np.ascontiguousarray(target_velocity, dtype=float))
+        limiter_step(self.position, self.velocity, target, target_velocity, float(dt),
                      self.max_velocity, self.max_acceleration)
         return self.position
+
+    def stopping_point(self, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        """Where braking at the acceleration limits from the current state stops, within [lower, upper]."""
+        v, a = self.velocity, self.max_acceleration
+        return np.clip(self.position + v * np.abs(v) / (2 * a), lower, upper)

@@ -14,9 +14,13 @@ from r2s2r.contract.types import CommandError
 
 
 def check_finite(label: str, values: np.ndarray) -> None:
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        raise CommandError(f"{label}: values at index {bad.tolist()} are {values[bad].tolist()}; "
+    """`values` of any shape (a trajectory's points are rows): each bad value is named by its index,
+    (point, joint) for rows."""
+    values = np.asarray(values)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        where = [int(i[0]) if values.ndim == 1 else tuple(int(k) for k in i) for i in np.argwhere(bad)]
+        raise CommandError(f"{label}: values at index {where} are {values[bad].tolist()}; "
                            "expected finite numbers (no NaN or Inf)")
 
 

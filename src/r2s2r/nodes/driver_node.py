@@ -104,6 +104,7 @@ class DriverNode(Node):
         self._link_fault = ""
         self._fault = ""
         self._estopped = False
+        self._estop_time = float("nan")  # robot time the estop latched
         self._enabled = True
         self._lock = threading.Lock()  # serialises the control loop with the services
         self._rtf = 0.0
@@ -178,6 +179,8 @@ class DriverNode(Node):
         self.hardware.activate()
         if self.loop is None:
             self.loop = ControlLoop(self.hardware, self.control_rate, self.limits)
+            if self._estopped:  # latched while the robot could not be reached
+                self.loop.estop()
         else:
             self.loop.hold_here()  # commands received while the link was down are dropped
         self._link_fault = ""
@@ -209,8 +212,11 @@ class DriverNode(Node):
         elif not self._enabled:
             reason = "output is disabled (~/enable)"
         if reason is not None:
-            self.loop.controller.stats.rejected["not_accepting"] += 1 if self.loop else 0
-            self._report(CommandError(f"{what}: dropped, {reason}"))
+            error = CommandError(f"{what}: dropped, {reason}")
+            if self.loop is not None:  # a robot unreachable since start-up has no loop yet
+                self.loop.controller.stats.rejected["not_accepting"] += 1
+                self.loop.controller.stats.last_error = str(error)
+            self._report(error)
             return False
         return True
 
@@ -245,8 +251,9 @@ class DriverNode(Node):
     def _on_estop(self, msg: Bool) -> None:
         if msg.data and not self._estopped:
             self._estopped = True
+            self._estop_time = self.hardware.now
             if self.loop is not None:
-                self.loop.controller.brake()
+                self.loop.estop()
             self.get_logger().warning("estop: braking to a stop and holding until ~/enable is called with true")
             self._publish_diagnostics()
 
@@ -259,7 +266,7 @@ class DriverNode(Node):
             try:
                 if request.data:
                     self.hardware.activate()
-                    self.loop.hold_here()
+                    self.loop.enable()  # brakes to a stop where it is, then takes commands
                     self._estopped = False
                 else:
                     self.loop.controller.brake()
@@ -448,6 +455,7 @@ class DriverNode(Node):
             level, message = convert.WARN, f"last command rejected: {stats.last_error}"
         values = {"robot": self.robot.name, **self.hardware.describe(),
                   "mode": "estop" if self._estopped else ("enabled" if self._enabled else "disabled"),
+                  "estop_latched_at": f"{self._estop_time:.6f}" if self._estopped else "",
                   "link": "lost" if self._link_fault else "up", "link_losses": self._link_losses,
                   "time": f"{self.hardware.now:.3f}", "real_time_factor": f"{self._rtf:.3f}"}
         renderer = getattr(self, "_renderer", None)
@@ -460,6 +468,7 @@ class DriverNode(Node):
             values.update({
                 "commands_accepted": sum(stats.accepted.values()), "commands_rejected": sum(stats.rejected.values()),
                 "last_rejection": stats.last_error, "watchdog_stops": stats.watchdog_stops,
+                "last_command_at": f"{stats.last_accepted_time:.6f}",
                 "safety_interventions": sum(safety.values()),
                 "active_trajectories": ",".join(self.loop.controller.active_trajectories()),
             })
