@@ -38,14 +38,16 @@ def arm_chain(sign):
 
 PI = 3.141592654
 DEG1 = 0.017453293
-# Rainbow's model A limits: lower, upper, velocity (rad/s), effort (N m), acceleration (rad/s^2).
+# Rainbow's model A limits: lower, upper, velocity (rad/s), effort (N m), acceleration (rad/s^2);
+# the torso's efforts are its drives' torque at their current limit (697 / 232 N m, where Rainbow's
+# model says 270 / 120: urdf/rby1.urdf gives the published figures they come from).
 TORSO_LIMITS = [
-    (-0.261799388, 0.261799388, 2.09439510, 270, 5),
-    (-0.523598776, 1.570796327, 2.09439510, 270, 5),
-    (-2.617993878, 1.570796327, 2.09439510, 270, 5),
-    (-0.785398163, 1.570796327, 3.141592654, 120, 5),
-    (-0.523598776, 0.523598776, 3.141592654, 120, 5),
-    (-2.35619449, 2.35619449, 3.141592654, 120, 5),
+    (-0.261799388, 0.261799388, 2.09439510, 697, 5),
+    (-0.523598776, 1.570796327, 2.09439510, 697, 5),
+    (-2.617993878, 1.570796327, 2.09439510, 697, 5),
+    (-0.785398163, 1.570796327, 3.141592654, 232, 5),
+    (-0.523598776, 0.523598776, 3.141592654, 232, 5),
+    (-2.35619449, 2.35619449, 3.141592654, 232, 5),
 ]
 
 

@@ -20,10 +20,14 @@ def _arm(side: str, joints: tuple[str, ...]) -> JointGroup:
         name=f"{side}_arm",
         joints=joints,
         acceleration_limits=(10.0,) * 6,
-        # kp = I w^2 at the start pose (w = 60 rad/s), damping ratio about 0.6: MuJoCo's kv damps
-        # the absolute joint velocity, so a low ratio keeps the lag behind a moving setpoint short.
-        kp=(265.0, 555.0, 460.0, 21.0, 37.0, 6.5),
-        kv=(5.3, 11.0, 9.2, 0.42, 0.74, 0.13),
+        # kp = I w^2 at the start pose, w = 60 rad/s, and 120 for the forearm roll and the wrist: at
+        # 60 the arm's heavier joints, moving fast, swing those light links past their setpoint's
+        # speed (up to 1.15x measured). kv = 2.2 sqrt(kp I_max) less the joint's damping, I_max the
+        # joint's largest inertia (armature included) over 3000 poses within its limits: a damping
+        # ratio of at least 1.1 everywhere (the waist's inertia varies 20-fold with the arm's
+        # reach), so tracking never overshoots the setpoint's speed. Lag kv / kp: 12-100 ms.
+        kp=(265.0, 555.0, 460.0, 84.0, 148.0, 26.0),
+        kv=(26.0, 38.0, 17.0, 2.0, 2.7, 0.4),
         damping=(0.1,) * 6,
         armature=(0.02, 0.04, 0.02, 0.004, 0.004, 0.001),
         flange=(f"{side}_ee_arm_link", (0.0, 0.0, 0.0)),

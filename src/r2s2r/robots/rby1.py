@@ -5,9 +5,10 @@ Joint names follow Rainbow's rby1-sdk model (`torso_0..5`, `right_arm_0..6`, `le
 `head_0..1`, fingers `gripper_finger_r1/r2`, `gripper_finger_l1/l2`), in the SDK's order.
 Kinematics and position / velocity / effort limits are in urdf/rby1.urdf; acceleration limits
 are the ones Rainbow's model states (torso 5 rad/s^2, arms 10 rad/s^2). The head's is not
-published; 10 rad/s^2 is our choice. Masses are Rainbow's too: the torso carries some 50 kg,
-so leaning the chest 1.2 rad forward from the ready pose takes 97 % of torso_1's 270 N m just
-to hold, and moving every torso joint at 5 rad/s^2 at once asks for more than it has.
+published; 10 rad/s^2 is our choice. Masses are Rainbow's too: torso_1 carries some 60 kg,
+and holding it up anywhere in its limits takes up to 522 N m of its 697 N m (the drive's torque
+at its current limit, urdf/rby1.urdf says where from), so moving every torso joint at 5 rad/s^2
+at once in a leaning pose still asks for more than it has.
 """
 
 from math import cos, radians, sin
@@ -20,10 +21,12 @@ LEFT_ARM = tuple(f"left_arm_{i}" for i in range(7))
 HEAD = ("head_0", "head_1")
 
 # Position-servo gains: kp = I w^2 for each joint's inertia at home (w = 40-50 rad/s for the torso,
-# 50 for the arms, 80 for the wrist roll and the head), damping ratio 0.5-0.6. MuJoCo's kv damps
-# the joint's absolute velocity, so a low ratio keeps the lag behind a moving setpoint short.
+# 50 for the arms, 80 for the wrist roll and the head); kv = 2.2 sqrt(kp I_max) less the joint's
+# damping, I_max the joint's largest inertia (mj_fullM's diagonal, armature included) over 3000
+# poses within its limits: a damping ratio of at least 1.1 everywhere, so tracking a limited
+# setpoint never overshoots its speed (tests/test_twin_servos.py). Steady lag: kv / kp, 25-85 ms.
 _ARM_KP = (2400.0, 1600.0, 1200.0, 1000.0, 140.0, 150.0, 75.0)
-_ARM_KV = (58.0, 38.0, 28.0, 24.0, 3.3, 3.5, 1.1)
+_ARM_KV = (140.0, 115.0, 56.0, 48.0, 6.1, 6.3, 2.0)
 
 
 def _arm(side: str, joints: tuple[str, ...]) -> JointGroup:
@@ -74,7 +77,7 @@ SPEC = RobotSpec(
             joints=TORSO,
             acceleration_limits=(5.0,) * 6,
             kp=(40000.0, 40000.0, 30000.0, 10000.0, 10000.0, 5000.0),
-            kv=(1200.0, 1200.0, 700.0, 200.0, 200.0, 100.0),
+            kv=(3300.0, 3400.0, 2150.0, 800.0, 800.0, 410.0),
             damping=(10.0,) * 6,
             armature=(1.0, 1.0, 1.0, 0.5, 0.5, 0.5),
         ),
@@ -85,7 +88,7 @@ SPEC = RobotSpec(
             joints=HEAD,
             acceleration_limits=(10.0, 10.0),
             kp=(15.0, 15.0),
-            kv=(0.2, 0.2),
+            kv=(0.35, 0.35),
             damping=(0.05, 0.05),
             armature=(0.002, 0.002),
         ),

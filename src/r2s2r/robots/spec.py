@@ -94,6 +94,9 @@ class RobotSpec:
     mount_pos: tuple[float, float, float] = (0.0, 0.0, 0.0)
     mount_quat: tuple[float, float, float, float] = (1.0, 0.0, 0.0, 0.0)
     vendor_packages: str = ""  # the vendor ROS 2 packages whose joint names we follow
+    # The share of the velocity limits the twin's servos can follow without overshooting them,
+    # where the model's torque cannot brake the arm at full speed (SimHardware.command_limits).
+    twin_velocity_scale: float = 1.0
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -31,6 +31,11 @@ SPEC = RobotSpec(
             tcp=("link_tcp", (0.0, 0.0, 0.0)),
         ),
     ),
+    # The urdf's efforts (xarm_description's; UFACTORY publishes no joint torques) leave joint2
+    # too little to brake against gravity and the other joints' centrifugal pull at full speed:
+    # driven by tests/test_twin_servos.py, it reached 1.17x its speed limit at full speed and
+    # at most 1.06x at 0.9 of it (seeds 0-2).
+    twin_velocity_scale=0.9,
     # Tool pointing straight down 0.31 m above the base, 0.36 m in front of it.
     home=dict(zip(JOINTS, (0.0, -0.3, 0.0, 0.6, 0.0, 0.9, 0.0))),
     grippers=(

@@ -143,6 +143,8 @@ class Twin:
         first = int(self._arm_act[0]) if self._arm_act.size else 0
         consecutive = np.array_equal(self._arm_act, np.arange(first, first + self._arm_act.size))
         self._arm_ctrl = slice(first, first + self._arm_act.size) if consecutive else self._arm_act
+        self._arm_qpos = np.array([m.joint(n).qposadr[0] for n in self.joint_names], dtype=int)
+        self._arm_dof = np.array([m.joint(n).dofadr[0] for n in self.joint_names], dtype=int)
         self._gripper_act = np.array([m.actuator(n).id for n in self.gripper_names], dtype=int)
         self._gripper_tendon = np.array([m.tendon(f"{n}_opening").id for n in self.gripper_names], dtype=int)
         self.object_names = tuple(o.name for o in scene.objects)
@@ -209,13 +211,35 @@ class Twin:
         self.command_latency_s = self.fitted_latency_s + float(extra_s)
         self._delayed.clear()
 
+    def servo_lag(self) -> np.ndarray:
+        """Each arm joint's lag behind a setpoint moving at the velocity limit, from the gains the
+        model holds now: (kv + damping) / kp x vmax (its time constant times that speed)."""
+        m, act = self.model, self._arm_act
+        kp = m.actuator_gainprm[act, 0]
+        kv = -m.actuator_biasprm[act, 2] + m.dof_damping[self._arm_dof]
+        return kv / kp * self.robot.limits.velocity
+
+    def servo_lead(self) -> np.ndarray:
+        """How far each arm joint's target may lead the joint: servo_lag(), its lag at full speed.
+
+        A drive whose torque runs out (holding the arm against gravity, pushing against an
+        obstacle) falls behind its setpoints; left to run further ahead, the setpoint would make
+        the joint overshoot its speed limit when it catches up. Real drives bound their following
+        error for the same reason; the twin's servos do it here."""
+        return self.servo_lag()
+
+    def _within_lead(self, targets: np.ndarray, lead: np.ndarray) -> np.ndarray:
+        here = self.data.qpos[self._arm_qpos]
+        return np.clip(targets, here - lead, here + lead)
+
     def set_arm_targets(self, positions: np.ndarray) -> None:
         """Position targets of every arm joint, in `joint_names` order (they reach the actuators
-        `command_latency_s` later: the fitted latency and any set by set_command_latency)."""
+        `command_latency_s` later: the fitted latency and any set by set_command_latency), each
+        kept within servo_lead() of its joint when it is applied."""
         if self.command_latency_s > 0:
             self._delay(self._arm_ctrl, positions)
         else:
-            self.data.ctrl[self._arm_ctrl] = positions
+            self.data.ctrl[self._arm_ctrl] = self._within_lead(positions, self.servo_lead())
 
     def set_gripper_openings(self, openings: np.ndarray) -> None:
         if self.command_latency_s > 0:
@@ -228,11 +252,12 @@ class Twin:
 
     def _step_delayed(self, n: int) -> None:
         """n physics steps, each first applying the delayed commands that have come due."""
-        model, data, delayed = self.model, self.data, self._delayed
+        model, data, delayed, arm = self.model, self.data, self._delayed, self._arm_ctrl
+        lead = self.servo_lead()
         for _ in range(n):
             while delayed and delayed[0][0] <= data.time + 1e-9:
                 _, actuators, values = delayed.popleft()
-                data.ctrl[actuators] = values
+                data.ctrl[actuators] = self._within_lead(values, lead) if actuators is arm else values
             mujoco.mj_step(model, data)
 
     def step(self, n: int = 1) -> None:
@@ -251,8 +276,9 @@ class Twin:
                 self._delay(arm, row)
                 self._step_delayed(steps_per_row)
         else:
+            lead, within = self.servo_lead(), self._within_lead
             for row in arm_targets:
-                ctrl[arm] = row
+                ctrl[arm] = within(row, lead)
                 mujoco.mj_step(model, data, steps_per_row)
         self._sensor_time = data.time - model.opt.timestep
 
