@@ -31,7 +31,9 @@ stages in the arm process turn one into the other:
 1. `SetpointPlayer`, a jitter buffer: the driver's setpoints are played one per robot cycle,
    in order, one cycle behind the newest. When the driver misses a cycle, the setpoint is
    extrapolated at its last velocity for up to three cycles (the FCI treats lost packets the
-   same way), after that the last setpoint is held; a backlog of more than four is skipped.
+   same way), after that the last setpoint is held. A backlog (the driver stalled, then caught
+   up in a burst) is played out in order; it drains where the driver's setpoints repeat (the arm
+   holds still, so nothing is lost), and only a backlog of more than 48 is skipped.
    One setpoint per cycle means the driver must run at the FCI's rate, control_rate_hz 1000
    (config/robots/franka_fr3.yaml): a slower loop's setpoints would be played too fast.
 2. A first-order low-pass filter, libfranka's own form. The safety layer upstream limits
@@ -72,6 +74,7 @@ import sys
 import tempfile
 import threading
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Mapping
@@ -87,11 +90,17 @@ SDK_PACKAGE = "pylibfranka"
 DT = 1e-3  # the FCI's control period, seconds
 LIMIT_EPS = 1e-3  # libfranka's margin below each FCI limit (kLimitEps)
 LOST_PACKETS = 3  # libfranka's velocity margin assumes up to 3 lost packets (kTolNumberPacketsLost)
-CORRECTION_RATE = 30.0  # 1/s: how fast the limiter closes a gap to the filtered setpoint
+# The share of the FCI's acceleration the driver may plan with (FrankaHardware.command_limits); the
+# rest is the shaper's, to close a gap (a skipped backlog, a held setpoint) while the driver's own
+# setpoints brake at full rate, so closing it never overshoots them.
+DRIVER_ACCELERATION_SHARE = 0.8
 PLAYOUT_DEPTH = 1  # setpoints buffered before playing (absorbs a cycle of driver jitter)
 EXTRAPOLATED_CYCLES = 3  # driver silent this long: extrapolate, after that hold the last setpoint
-MAX_BACKLOG = 4  # more unplayed setpoints than this: skip to the newest
-RING = 64  # setpoints kept in the mailbox
+# More unplayed setpoints than this (the player 48 ms behind the driver): skip to the newest. Below
+# it a backlog is played out, never skipped while moving: a skip is a jump the shaper must absorb,
+# and the FCI's commands then trail the driver's and run on after they stop.
+MAX_BACKLOG = 48
+RING = 64  # setpoints kept in the mailbox (more than MAX_BACKLOG)
 STOP_TIMEOUT_S = 2.0  # deactivating: how long the arm may take to come to rest before finishing
 REQUEST_TIMEOUT_S = 5.0  # activate, deactivate, error recovery
 GRIPPER_TOLERANCE = 1e-3  # m: an opening command this close to the last one is not resent
@@ -215,7 +224,7 @@ class SetpointPlayer:
     robot cycle and in order; see the module docstring for what it does when the driver is late."""
 
     def __init__(self, position: np.ndarray, written: int = 0):
-        self.extrapolated = self.held = self.skipped = 0
+        self.extrapolated = self.held = self.skipped = self.drained = 0
         self.reset(position, written)
 
     def reset(self, position: np.ndarray, written: int) -> None:
@@ -235,6 +244,10 @@ class SetpointPlayer:
         if backlog > MAX_BACKLOG:
             self.skipped += backlog - 1 - PLAYOUT_DEPTH
             self.next = written - 1 - PLAYOUT_DEPTH
+        # Behind by more than the playout depth: drop setpoints that repeat the last one played.
+        while written - self.next > 1 + PLAYOUT_DEPTH and np.array_equal(fetch(self.next), self.last):
+            self.next += 1
+            self.drained += 1
         if self.next < written:
             target = fetch(self.next)
             self.next += 1
@@ -286,10 +299,14 @@ class SetpointShaper:
         filtered = self.filtered + self.gain * (np.asarray(target, dtype=float) - self.filtered)
         reference_velocity = (filtered - self.filtered) / DT
         self.filtered = filtered
-        # Zero while the command follows the filtered setpoint; otherwise close the gap at
-        # CORRECTION_RATE, never faster than braking at half the acceleration limit allows.
+        # Zero while the command follows the filtered setpoint; otherwise close the gap as fast as
+        # braking with the acceleration the driver leaves over allows (so it closes without
+        # overshoot even while the setpoint itself brakes), landing on it within a cycle or two.
         gap = filtered - (self.position + reference_velocity * DT)
-        correction = np.sign(gap) * np.minimum(CORRECTION_RATE * np.abs(gap), np.sqrt(self.ddq * np.abs(gap)))
+        spare = (1.0 - DRIVER_ACCELERATION_SHARE) * self.ddq
+        distance = np.abs(gap)
+        correction = np.sign(gap) * np.maximum(np.sqrt(2.0 * spare * distance) - spare * DT,
+                                               np.minimum(distance / DT, spare * DT))
         wanted = (reference_velocity + correction - self.velocity) / DT
         # Velocity limits first, as the acceleration from which braking at the jerk limit still
         # meets them; then jerk and acceleration, which therefore always hold.
@@ -321,8 +338,8 @@ class Phase:
 
 # Arm mailbox layout: scalars, then the 7-vectors.
 A_SEQ, A_STAMP, A_PHASE, A_MODE, A_SUCCESS, A_LIMITED, A_EXTRAPOLATED, A_HELD, A_SKIPPED = range(9)
-A_Q, A_DQ, A_TAU = 9, 16, 23
-A_SIZE = 30
+A_Q, A_DQ, A_TAU, A_Q_D = 9, 16, 23, 30  # A_Q_D: the command the robot last took, as it reports it
+A_SIZE = 37
 # Gripper mailbox layout.
 G_STAMP, G_PHASE, G_WIDTH, G_MAX_WIDTH, G_GRASPED, G_BUSY, G_MOVES = range(7)
 G_SIZE = 7
@@ -572,6 +589,7 @@ class _ArmServer:
         v[A_Q:A_Q + 7] = state.q
         v[A_DQ:A_DQ + 7] = state.dq
         v[A_TAU:A_TAU + 7] = state.tau_J
+        v[A_Q_D:A_Q_D + 7] = state.q_d
         v[A_MODE] = int(state.robot_mode.value)
         v[A_SUCCESS] = state.control_command_success_rate
         v[A_LIMITED] = self.shaper.limited
@@ -858,7 +876,31 @@ class FrankaHardware(Hardware):
                 self._hand.send(opening)
                 self._gripper_sent = opening
 
+    def commanded_position(self) -> np.ndarray:
+        """The joint positions the robot reports it was last commanded (libfranka's q_d): what
+        reached the FCI after the arm process's player, low-pass and limiter."""
+        return self._arm_values()[A_Q_D:A_Q_D + 7].copy()
+
     # -- diagnostics ---------------------------------------------------------------------------------
+    def command_limits(self, limits):
+        """`limits` narrowed to what the FCI takes without the arm process's shaper having to act:
+        speeds within the shaper's margins below the FCI's, accelerations at
+        DRIVER_ACCELERATION_SHARE of them (the rest is the shaper's), and braking toward a
+        position limit at the FCI's ddq_dec. The FCI's speed bound near a limit, sqrt(2 ddq_dec d)
+        - dq_offset, lies below that braking curve by dq_offset; the command range is narrowed by
+        the distance that makes up for it at full speed, so the curve never asks for more."""
+        fci = self.limits
+        velocity = np.minimum(limits.velocity, np.array(fci.dq_max) - LIMIT_EPS
+                              - LOST_PACKETS * DT * np.array(fci.ddq_max))
+        acceleration = np.minimum(limits.acceleration, DRIVER_ACCELERATION_SHARE * (np.array(fci.ddq_max) - LIMIT_EPS))
+        deceleration = np.minimum(acceleration, fci.ddq_dec)
+        offset = np.array(fci.dq_offset)
+        margin = ((velocity + offset) ** 2 - velocity ** 2) / (2 * deceleration) + LIMIT_EPS
+        lower = np.maximum(limits.lower, np.array(fci.q_min) + margin)
+        upper = np.minimum(limits.upper, np.array(fci.q_max) - margin)
+        return dataclasses.replace(limits, lower=lower, upper=upper, velocity=velocity, acceleration=acceleration,
+                                   limit_deceleration=deceleration)
+
     def describe(self) -> dict[str, Any]:
         facts = {**super().describe(), "ip": self.config.ip, "sdk": f"{SDK_PACKAGE} {self._sdk_version}",
                  "realtime": self.config.realtime, "controller": self.config.controller,
