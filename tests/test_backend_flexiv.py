@@ -18,7 +18,7 @@ from r2s2r.hardware.flexiv import FlexivHardware
 from r2s2r.paths import config_path
 from r2s2r.robots import get_robot
 from r2s2r.stack import load_stack
-from tests.backend_helpers import active_loop, arrived, run_on_the_shim, stream
+from tests.backend_helpers import PeerLog, active_loop, arrived, by_joint, hostile_session, run_on_the_shim, stream
 from tests.standins import flexivrdk_standin, signatures
 
 RIZON = get_robot("flexiv_rizon4")
@@ -98,6 +98,18 @@ def test_gripper_moves_on_a_worker_thread_only_when_the_opening_changes(active, 
     assert velocity == pytest.approx(0.15) and force == pytest.approx(100.0)  # the spec's, within the params
     assert {m.thread for m in moves} == {"flexiv-gripper"} != {threading.current_thread().name}
     np.testing.assert_allclose(hw.read().position[7:], [0.015, 0.015], atol=1e-6)
+
+
+def test_a_hostile_stream_leaves_the_arm_at_rest_and_an_estop_stops_it(active, rdk):
+    """The shared hostile session (tests/backend_helpers.hostile_session), checked on the
+    SendJointPosition calls the stand-in received: they come to rest after the stream, stop within
+    the stopping distance after an estop and stay put until enable()."""
+    _, loop = active
+
+    def sent():
+        sends = rdk.calls_of("SendJointPosition")
+        return by_joint([c.time for c in sends], [c.args[0] for c in sends])
+    hostile_session(loop, PeerLog(sent, resolution=1e-9), seed=5)  # the RDK takes doubles
 
 
 def test_deactivate_stops_the_arm_and_holds(active, rdk):

@@ -24,8 +24,8 @@ from franky_sim.constants import DEFAULT_HAND_INITIAL_WIDTH, DEFAULT_INITIAL_JOI
 
 from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
 from r2s2r.hardware.backends import load_backend
-from r2s2r.hardware.franka import (DT, EXTRAPOLATED_CYCLES, FR3_LIMITS, FrankaHardware, SetpointPlayer,
-                                   SetpointShaper, lowpass_gain, max_jerk_safe_cutoff)
+from r2s2r.hardware.franka import (DT, EXTRAPOLATED_CYCLES, FR3_LIMITS, MAX_BACKLOG, PLAYOUT_DEPTH, FrankaHardware,
+                                   SetpointPlayer, SetpointShaper, lowpass_gain, max_jerk_safe_cutoff)
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.motion import MotionLimiter
 from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
@@ -39,7 +39,7 @@ LOSS_HOST = os.environ.get("R2S2R_FRANKA_SIM_HOST_2", "127.0.0.32")  # simulator
 # (link_timeout_s) rather than the default 50 before calling the link lost.
 SETTINGS = {"ip": HOST, "realtime": "ignore", "link_timeout_s": 0.08}
 
-from tests.backend_helpers import active_loop, arrived, stream  # noqa: E402
+from tests.backend_helpers import PeerLog, active_loop, arrived, by_joint, hostile_session, stream  # noqa: E402
 from tests.peers import FrankySim  # noqa: E402
 
 
@@ -169,6 +169,26 @@ def test_link_loss_mid_motion_is_reported_fast_and_reconnect_works(franky_sim, b
     loop.hold_here()
     stream(loop, 0.05)
     np.testing.assert_allclose(loop.positions(), DEFAULT_INITIAL_JOINT_POS, atol=1e-3)
+
+
+def test_a_hostile_stream_leaves_the_arm_at_rest_and_an_estop_stops_it(shared_sim, backend):
+    """The shared hostile session (tests/backend_helpers.hostile_session), checked on the commands
+    franky-sim received as it reports them back (q_d), after the arm process's player, low-pass
+    and limiter: they come to rest after the stream, stop within the stopping distance after an
+    estop and stay put until enable()."""
+    hardware = backend(gripper=False)  # the Hand has a process of its own; the arm is what is checked
+    loop = active_loop(hardware)
+    times, commanded = [], []
+
+    def sample_q_d():
+        times.append(hardware.now)
+        commanded.append(hardware.commanded_position())
+    # The state carries fp32; the low-pass settles to within a step of its input. Setpoints reach
+    # the robot through the low-pass (3 ms) and the player, which carries a late driver's last
+    # setpoint on for up to EXTRAPOLATED_CYCLES.
+    peer = PeerLog(lambda: by_joint(times, commanded), resolution=1e-6, carry_s=(EXTRAPOLATED_CYCLES + 3) * DT,
+                   poll=sample_q_d)
+    hostile_session(loop, peer, seed=1)
 
 
 def test_connect_without_a_robot_is_a_lost_link_naming_the_address(backend):
@@ -304,6 +324,15 @@ def test_player_plays_in_order_bridges_short_gaps_then_holds():
     gap = [play(3) for _ in range(EXTRAPOLATED_CYCLES + 2)]
     assert gap == pytest.approx([0.003, 0.004, 0.005, 0.005, 0.005])
     assert (player.extrapolated, player.held) == (EXTRAPOLATED_CYCLES, 1)
-    # It comes back with a burst: older setpoints are skipped, one stays queued.
-    assert [play(30), play(31), play(32)] == pytest.approx([0.028, 0.029, 0.030])
-    assert player.skipped == 22
+    # It comes back with a burst: played out in order, one per cycle, nothing skipped ...
+    assert [play(30), play(30), play(30)] == pytest.approx([0.006, 0.007, 0.008])
+    assert player.skipped == 0
+    # ... and the backlog drains where the driver's setpoints repeat (it holds still).
+    ring[32:] = [ring[31]] * 8
+    played = [play(40) for _ in range(25)]
+    assert played[-1] == pytest.approx(0.031) and np.all(np.diff(played) >= 0)
+    assert player.drained > 0 and 40 - player.next <= 1 + PLAYOUT_DEPTH
+    # A backlog beyond MAX_BACKLOG is skipped: the player jumps to the newest but one.
+    ring.extend(np.full(7, 0.04) for _ in range(MAX_BACKLOG + 10))
+    assert play(len(ring)) == pytest.approx(0.04)
+    assert player.skipped > 0

@@ -19,7 +19,7 @@ from r2s2r.hardware.rby1 import PARKED_HOLD_TIME_S, Rby1Hardware
 from r2s2r.paths import config_path
 from r2s2r.robots import get_robot
 from r2s2r.stack import load_stack
-from tests.backend_helpers import active_loop, arrived, run_on_the_shim, stream
+from tests.backend_helpers import PeerLog, active_loop, arrived, by_joint, hostile_session, run_on_the_shim, stream
 from tests.standins import rby1_sdk_standin as standin
 from tests.standins import signatures
 
@@ -142,6 +142,18 @@ def test_grippers_move_on_the_bus_only_when_the_opening_changes(active, sdk):
     right, left = bus.motors[0], bus.motors[1]
     assert right.q == pytest.approx(right.low + 0.3 * (right.high - right.low))  # 0.03 of 0.1 m open
     assert left.q == pytest.approx(left.low + 0.8 * (left.high - left.low))
+
+
+def test_a_hostile_stream_leaves_every_component_at_rest_and_an_estop_stops_it(active, sdk):
+    """The shared hostile session (tests/backend_helpers.hostile_session), checked on the joint
+    position commands the stand-in's command stream received: they come to rest after the stream,
+    stop within the stopping distance after an estop and stay put until enable()."""
+    _, loop = active
+
+    def sent():
+        sends = sdk.calls_of("stream.send_command")
+        return by_joint([c.time for c in sends], [in_joint_order(c.args[0]) for c in sends])
+    hostile_session(loop, PeerLog(sent, resolution=1e-9), seed=3)  # the SDK takes doubles
 
 
 def test_deactivate_parks_on_the_last_setpoint(active, sdk):

@@ -27,7 +27,8 @@ from r2s2r.hardware.xarm import XArmHardware, XArmSettings
 from r2s2r.paths import config_path
 from r2s2r.robots import get_robot
 from r2s2r.stack import load_stack
-from tests.backend_helpers import active_loop, arrived, check_imports_without, stream
+from tests.backend_helpers import (PeerLog, active_loop, arrived, by_joint, check_imports_without, hostile_session,
+                                   stream)
 from tests.emulators.xarm_emulator import Reg, State, XArmEmulator
 
 HOST = "127.0.0.31"  # the emulator's own tests use 127.0.0.21/22
@@ -355,3 +356,16 @@ def test_arm_without_the_gripper(arm_without_gripper, backend):
     assert until_at(target)(samples[-1])
     assert np.all(np.isnan(fingers_of(samples[-1])))  # no gripper to measure
     assert arm_without_gripper.register_count(Reg.RS485_RTU) == rs485  # and none commanded
+
+
+def test_a_hostile_stream_leaves_the_arm_at_rest_and_an_estop_stops_it(emulator, backend):
+    """The shared hostile session (tests/backend_helpers.hostile_session), checked on the servo-j
+    targets the emulated controller received: they come to rest after the stream, stop within the
+    stopping distance after an estop and stay put until enable()."""
+    loop = active_loop(backend())
+
+    def sent():
+        log = emulator.servo_targets()
+        return by_joint([t for t, _ in log], [values for _, values in log])
+    # servo-j carries fp32: 1e-6 rad is two of its steps at the xArm's 2 pi joint range.
+    hostile_session(loop, PeerLog(sent, resolution=1e-6), seed=7)

@@ -70,6 +70,7 @@ would cost more than it buys in tests):
 from __future__ import annotations
 
 import argparse
+import collections
 import errno
 import fcntl
 import math
@@ -132,6 +133,8 @@ HW_OVERHEATING = 0x04
 HW_MOTOR_ENCODER = 0x08
 HW_ELECTRICAL_SHOCK = 0x10
 HW_OVERLOAD = 0x20
+
+GOAL_LOG_LENGTH = 100_000  # goals kept per servo for inspection: over half an hour at ALOHA's 50 Hz
 
 # Operating Mode (11) values.
 MODE_CURRENT = 0
@@ -469,6 +472,8 @@ class EmulatedServo:
         self._plan_speed = 0.0    # ticks/s bound of the current move
         self._plan_accel = math.inf
         self._profile_bits = 0x00
+        # Every Goal Position written, with the host's monotonic time: what reached the servo.
+        self._goal_log: collections.deque = collections.deque(maxlen=GOAL_LOG_LENGTH)
         self._power_on(now, fold_multi_turn=False)
         for key, value in registers.items():
             if not self._items[key].eeprom:
@@ -915,6 +920,7 @@ class EmulatedServo:
                 # Torque comes on by itself; the goal just written is kept, not overwritten.
                 self._put_name("torque_enable", 1)
             if name == "goal_position":
+                self._goal_log.append((now, value))
                 self._plan_motion()
 
     def _on_torque_enabled(self) -> None:
@@ -990,6 +996,12 @@ class EmulatedServo:
     @property
     def goal_position(self) -> int:
         return self.read_item("goal_position")
+
+    def goal_history(self) -> list[tuple[float, int]]:
+        """The Goal Positions written to this servo (the newest GOAL_LOG_LENGTH), as (host
+        monotonic time, ticks): every goal a bus master sent, repeated ones included."""
+        with self._lock:
+            return list(self._goal_log)
 
     @property
     def present_position(self) -> int:

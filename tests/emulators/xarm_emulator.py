@@ -71,6 +71,7 @@ MIN_JOINT_SPEED = 1e-4  # rad/s, the SDK's lower clamp
 # slack, so a target the SDK's own check passes is never refused here for rounding alone.
 LIMIT_TOLERANCE = math.radians(0.1)
 MAX_QUEUED_COMMANDS = 1024  # XCONF.MAX_CMD_NUM
+SERVO_LOG_LENGTH = 100_000  # servo-j targets kept for inspection: over six minutes at 250 Hz
 
 # Constant TCP pose reported because kinematics are not modelled (mm, rad).
 NOMINAL_TCP_POSE = (207.0, 0.0, 112.0, math.pi, 0.0, 0.0)
@@ -420,6 +421,8 @@ class XArmControllerModel:
         self.user_counter = 0
         self.report_tau_or_current = 0
         self.register_counts: collections.Counter = collections.Counter()
+        # Every servo-j target received, with the host's monotonic time: what reached the controller.
+        self.servo_log: collections.deque = collections.deque(maxlen=SERVO_LOG_LENGTH)
         self.unknown_registers: List[int] = []
         self._queue: collections.deque = collections.deque()
         self._active = None  # the _JointMove/_Dwell being executed in mode 0
@@ -740,6 +743,7 @@ class XArmControllerModel:
 
     def _move_servoj(self, payload: bytes) -> bytes:
         values = _unpack_fp32(payload, NUM_JOINTS)
+        self.servo_log.append((time.monotonic(), tuple(values)))
         if self.mode != Mode.SERVO or not self.accepts_motion:
             return b""  # ignored, as the controller does in the wrong mode or when stopped
         reference = self._servo_target if self._servo_target is not None else self.q
@@ -1045,6 +1049,12 @@ class XArmEmulator:
         """How many requests for a command register arrived (e.g. Reg.MOVE_SERVOJ)."""
         with self._lock:
             return self.model.register_counts[int(register)]
+
+    def servo_targets(self) -> List[Tuple[float, Tuple[float, ...]]]:
+        """The servo-j targets received so far (the newest SERVO_LOG_LENGTH), as (host monotonic
+        time, J1..J7 in rad as the fp32 payload carried them)."""
+        with self._lock:
+            return list(self.model.servo_log)
 
     def client_counts(self) -> Dict[str, int]:
         with self._lock:
