@@ -10,6 +10,11 @@ import numpy as np
 from r2s2r.hardware.kernels import limiter_step
 
 
+def stopping_point(position, velocity, acceleration, lower, upper) -> np.ndarray:
+    """Where braking at `acceleration` from (position, velocity) stops, within [lower, upper]."""
+    return np.clip(position + velocity * np.abs(velocity) / (2 * acceleration), lower, upper)
+
+
 class MotionLimiter:
     def __init__(self, max_velocity: np.ndarray, max_acceleration: np.ndarray, position: np.ndarray):
         # Copies: the limiter must never share (and so never change) a robot's limit arrays.
@@ -34,5 +39,4 @@ class MotionLimiter:
 
     def stopping_point(self, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
         """Where braking at the acceleration limits from the current state stops, within [lower, upper]."""
-        v, a = self.velocity, self.max_acceleration
-        return np.clip(self.position + v * np.abs(v) / (2 * a), lower, upper)
+        return stopping_point(self.position, self.velocity, self.max_acceleration, lower, upper)

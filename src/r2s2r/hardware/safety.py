@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from r2s2r.hardware.kernels import SAFETY_REASONS, safety_step
+from r2s2r.hardware.motion import stopping_point
 from r2s2r.robots import RobotSpec
 
 
@@ -80,8 +81,8 @@ class SafetyFilter:
 
     def stopping_point(self) -> np.ndarray:
         """Where braking at the acceleration limits from the current output stops, within the limits."""
-        v, a = self.velocity, self.bounds[3]
-        return np.clip(self.position + v * np.abs(v) / (2 * a), self.bounds[0], self.bounds[1])
+        lower, upper, _, acceleration, _ = self.bounds
+        return stopping_point(self.position, self.velocity, acceleration, lower, upper)
 
     def _count(self, reason: str, n: int = 1) -> None:
         self.interventions[reason] += n

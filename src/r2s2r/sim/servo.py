@@ -32,7 +32,7 @@ def servo_acceleration_limits(robot: RobotSpec, model: mujoco.MjModel) -> np.nda
     """Per joint of `robot.joint_names`: the least, over sampled poses, of
     (force range - |gravity compensation|) / own inertia, in rad/s^2 (cached per model). The other
     joints' pull through the off-diagonal inertia and the velocity terms is left to the twin's
-    following-error bound (Twin.servo_lead) and, where it is not enough, the robot's
+    following-error bound (Twin.servo_lag) and, where it is not enough, the robot's
     twin_velocity_scale."""
     key = _key(robot, model)
     if key in _cache:

@@ -213,20 +213,16 @@ class Twin:
 
     def servo_lag(self) -> np.ndarray:
         """Each arm joint's lag behind a setpoint moving at the velocity limit, from the gains the
-        model holds now: (kv + damping) / kp x vmax (its time constant times that speed)."""
+        model holds now: (kv + damping) / kp x vmax (its time constant times that speed).
+
+        It is also how far a target may lead its joint when applied. A drive whose torque runs out
+        (holding the arm against gravity, pushing against an obstacle) falls behind its setpoints;
+        left to run further ahead, the setpoint would make the joint overshoot its speed limit when
+        it catches up. Real drives bound their following error for the same reason."""
         m, act = self.model, self._arm_act
         kp = m.actuator_gainprm[act, 0]
         kv = -m.actuator_biasprm[act, 2] + m.dof_damping[self._arm_dof]
         return kv / kp * self.robot.limits.velocity
-
-    def servo_lead(self) -> np.ndarray:
-        """How far each arm joint's target may lead the joint: servo_lag(), its lag at full speed.
-
-        A drive whose torque runs out (holding the arm against gravity, pushing against an
-        obstacle) falls behind its setpoints; left to run further ahead, the setpoint would make
-        the joint overshoot its speed limit when it catches up. Real drives bound their following
-        error for the same reason; the twin's servos do it here."""
-        return self.servo_lag()
 
     def _within_lead(self, targets: np.ndarray, lead: np.ndarray) -> np.ndarray:
         here = self.data.qpos[self._arm_qpos]
@@ -235,11 +231,11 @@ class Twin:
     def set_arm_targets(self, positions: np.ndarray) -> None:
         """Position targets of every arm joint, in `joint_names` order (they reach the actuators
         `command_latency_s` later: the fitted latency and any set by set_command_latency), each
-        kept within servo_lead() of its joint when it is applied."""
+        kept within servo_lag() of its joint when it is applied."""
         if self.command_latency_s > 0:
             self._delay(self._arm_ctrl, positions)
         else:
-            self.data.ctrl[self._arm_ctrl] = self._within_lead(positions, self.servo_lead())
+            self.data.ctrl[self._arm_ctrl] = self._within_lead(positions, self.servo_lag())
 
     def set_gripper_openings(self, openings: np.ndarray) -> None:
         if self.command_latency_s > 0:
@@ -253,7 +249,7 @@ class Twin:
     def _step_delayed(self, n: int) -> None:
         """n physics steps, each first applying the delayed commands that have come due."""
         model, data, delayed, arm = self.model, self.data, self._delayed, self._arm_ctrl
-        lead = self.servo_lead()
+        lead = self.servo_lag()
         for _ in range(n):
             while delayed and delayed[0][0] <= data.time + 1e-9:
                 _, actuators, values = delayed.popleft()
@@ -276,7 +272,7 @@ class Twin:
                 self._delay(arm, row)
                 self._step_delayed(steps_per_row)
         else:
-            lead, within = self.servo_lead(), self._within_lead
+            lead, within = self.servo_lag(), self._within_lead
             for row in arm_targets:
                 ctrl[arm] = within(row, lead)
                 mujoco.mj_step(model, data, steps_per_row)
