@@ -52,7 +52,7 @@ def main() -> None:
             episode = load_episode(path)
             rt = ReplayTwin(scene)
             t0 = time.perf_counter()
-            stream = setpoints(episode, rt.twin.timestep)
+            stream = setpoints(episode, rt.twin)
             t_sp = time.perf_counter() - t0
             t0 = time.perf_counter()
             replay(rt, episode, stream, HIDDEN)

@@ -136,21 +136,23 @@ class HostileCommand:
 
 
 def hostile_round(robot: RobotSpec, rng: np.random.Generator, trajectories: bool = True,
-                  wire: bool = False, limits=None) -> list[HostileCommand]:
+                  wire: bool = False, limits=None, reach=None) -> list[HostileCommand]:
     """One round of a seeded hostile client: a command for every group (now and then a trajectory,
     when `trajectories`) and now and then one for each gripper; about half of them valid, the
     valid ones anywhere within the joint limits (huge jumps included): `limits`' range, the one the
-    backend takes commands in (default the robot's). `wire`: also messages only DDS can carry
-    (trajectory points whose length differs from the joint names')."""
+    backend takes commands in (default the robot's), or the (lower, upper) box `reach` within it
+    (robot.joint_names order; a region the arm cannot collide in). `wire`: also messages only
+    DDS can carry (trajectory points whose length differs from the joint names')."""
     commands = []
     limits = robot.limits if limits is None else limits
+    reach = (limits.lower, limits.upper) if reach is None else reach
     for group in robot.groups:
         index = [robot.joint_names.index(j) for j in group.joints]
-        lower, upper = limits.lower[index], limits.upper[index]
+        box = (reach[0][index], reach[1][index])
         if trajectories and rng.random() < 0.2:
-            commands.append(_hostile_trajectory(group, lower, upper, rng, wire))
+            commands.append(_hostile_trajectory(group, box, limits.upper[index], rng, wire))
         else:
-            commands.append(_hostile_positions(group, lower, upper, rng))
+            commands.append(_hostile_positions(group, box, limits.upper[index], rng))
     for gripper in robot.grippers:
         if rng.random() < 0.3:
             commands.append(_hostile_gripper(gripper, rng))
@@ -161,8 +163,10 @@ _VALID_POSITIONS = ("far", "far", "edge", "middle")
 _INVALID_POSITIONS = ("nan", "inf", "short", "long", "empty", "outside", "huge", "unknown_group")
 
 
-def _hostile_positions(group, lower, upper, rng) -> HostileCommand:
+def _hostile_positions(group, box, upper_limit, rng) -> HostileCommand:
+    """Valid values within `box` (lower, upper); an "outside" one beyond `upper_limit`."""
     n = len(group.joints)
+    lower, upper = box
     kind = str(rng.choice(_VALID_POSITIONS + _INVALID_POSITIONS))
     far = rng.uniform(lower, upper)
     one = np.arange(n) == rng.integers(n)  # the joint a single bad value goes to
@@ -175,7 +179,7 @@ def _hostile_positions(group, lower, upper, rng) -> HostileCommand:
         "short": far[:max(n - 2, 1)],
         "long": np.concatenate([far, far[:3]]),
         "empty": np.empty(0),
-        "outside": np.where(one, upper + 0.5, far),
+        "outside": np.where(one, upper_limit + 0.5, far),
         "huge": np.full(n, 1e9),
         "unknown_group": far,
     }[kind]
@@ -183,7 +187,8 @@ def _hostile_positions(group, lower, upper, rng) -> HostileCommand:
     return HostileCommand("positions", target, kind, kind in _VALID_POSITIONS, values)
 
 
-def _hostile_trajectory(group, lower, upper, rng, wire: bool) -> HostileCommand:
+def _hostile_trajectory(group, box, upper_limit, rng, wire: bool) -> HostileCommand:
+    lower, upper = box
     kinds = ["valid", "valid", "nan_point", "unknown_joint", "missing_joint", "outside", "times_backwards",
              "negative_time"] + (["ragged"] if wire else [])
     kind = str(rng.choice(kinds))
@@ -199,7 +204,7 @@ def _hostile_trajectory(group, lower, upper, rng, wire: bool) -> HostileCommand:
     elif kind == "missing_joint":
         names, points = names[:-1], points[:, :-1]
     elif kind == "outside":
-        points[0, 0] = upper[order[0]] + 0.5
+        points[0, 0] = upper_limit[order[0]] + 0.5
     elif kind == "times_backwards":
         times = (0.3, 0.15)
     elif kind == "negative_time":

@@ -123,7 +123,7 @@ def test_fitted_twin_cuts_held_out_joint_rmse_fivefold(cell, arm_fit):
     from r2s2r.real2sim.replay import ReplayTwin, setpoints
     episode = load_episode(cell["paths"]["held_out"])
     rt = ReplayTwin(SCENE)
-    stream = setpoints(episode, rt.twin.timestep)
+    stream = setpoints(episode, rt.twin)
     before = align(rt, episode, stream, {}, images=False)
     after = align(rt, episode, stream, arm_fit.values, images=False)
     assert before.rmse / after.rmse >= 5, (before.rmse, after.rmse)
@@ -342,10 +342,11 @@ def test_fitted_scene_gives_a_twin_with_the_fitted_dynamics(fitted_files, arm_fi
     target = FR3.home_positions.copy()
     target[0] += 0.1
     twin.set_arm_targets(target)
-    before = int(round(twin.command_latency_s / twin.timestep)) - 1
+    # A step applies what has come due by its start: after n steps, what was due by (n - 1) steps.
+    before = math.ceil(twin.command_latency_s / twin.timestep - 1e-9)
     twin.step(before)
     assert twin.data.ctrl[m.actuator(FR3.joint_names[0]).id] == pytest.approx(FR3.home_positions[0])
-    twin.step(2)
+    twin.step(1)
     assert twin.data.ctrl[m.actuator(FR3.joint_names[0]).id] == pytest.approx(target[0])
 
 
@@ -356,7 +357,7 @@ def _replay_final(scene, object_cell, name):
     from r2s2r.real2sim.replay import ReplayTwin, replay, setpoints
     episode = load_episode(object_cell["paths"][name])
     rt = ReplayTwin(start_poses(_tracks(object_cell, name), scene))
-    trace = replay(rt, episode, setpoints(episode, rt.twin.timestep))
+    trace = replay(rt, episode, setpoints(episode, rt.twin))
     assert trace.unstable_at is None, name
     return rt.layout.object_pos(trace.sensordata[-1])[rt.layout.objects.index("block")]
 

@@ -1,7 +1,8 @@
 """The twin's servos against its physics, for every registered robot: the actuators' force ranges
 are the published torque limits and hold the robot up anywhere in its joint limits, every
-position servo is at least critically damped wherever the arm stands, and the speeds measured
-from the joint samples stay within the datasheet limits under demanding commands.
+position servo is at least critically damped wherever the arm stands, and the speeds and
+accelerations measured from the joint samples stay within the datasheet limits under demanding
+commands.
 
 Parametrised over the registry, so a robot added later is checked without a new test (the
 published-torque table below must then name it).
@@ -39,11 +40,12 @@ PUBLISHED_TORQUE = {
 # rest to accelerate with. The worst share found by optimising the pose is 0.79 (xArm7 joint2).
 HOLD_FRACTION = 0.85
 
-# Measured speed may exceed the limit by this much. With every servo critically damped, the worst
-# measured over seeds 0-7 in every group that does not reach its force range was 1.064x (RB-Y1's
-# right arm, position differences and reported velocities alike; Franka, Rizon 4 and ALOHA up to
-# 1.053x): the other joints' motion pushes through the off-diagonal inertia and Coriolis terms,
-# which no joint's own damping removes.
+# Measured speed may exceed the limit by this much. With every servo critically damped and its
+# setpoints interpolated, the worst measured over seeds 0-2 was 1.059x (FR3; Rizon 4 1.041x,
+# RB-Y1 1.035x, position differences and reported velocities alike): the other joints' motion
+# pushes through the off-diagonal inertia and Coriolis terms, which no joint's own damping
+# removes. Accelerations have no tolerance: the twin plans with a share of them where that push
+# needs one (sim.servo.twin_command_limits), and the worst measured was 0.955x (Rizon 4).
 SPEED_TOLERANCE = 0.08
 
 
@@ -206,12 +208,41 @@ def _drive(robot, group, seed):
 
 
 @pytest.mark.parametrize("robot_name, group", GROUPS)
-def test_measured_joint_speeds_stay_within_the_limits(robot_name, group):
+def test_measured_joint_speeds_and_accelerations_stay_within_the_limits(robot_name, group):
     robot = registry()[robot_name]
     joints = robot.group(group).joints
-    vmax = robot.limits.velocity[[robot.joint_names.index(j) for j in joints]]
+    index = [robot.joint_names.index(j) for j in joints]
+    vmax, amax = robot.limits.velocity[index], robot.limits.acceleration[index]
     stamps, positions, velocities = _drive(robot, group, seed=0)
-    differenced = np.diff(positions, axis=0) / np.diff(stamps)[:, None]
+    intervals = np.diff(stamps)[:, None]
+    differenced = np.diff(positions, axis=0) / intervals
     for label, speeds in (("position differences", differenced), ("reported velocities", velocities)):
         ratio = np.abs(speeds).max(axis=0) / vmax
-        assert np.all(ratio <= 1.0 + SPEED_TOLERANCE), f"{label}: {dict(zip(joints, ratio.round(3)))}"
+        assert np.all(ratio <= 1.0 + SPEED_TOLERANCE), f"speeds from {label}: {dict(zip(joints, ratio.round(3)))}"
+    ratio = np.abs(np.diff(velocities, axis=0) / intervals).max(axis=0) / amax
+    assert np.all(ratio <= 1.0), f"accelerations from the reported velocities: {dict(zip(joints, ratio.round(3)))}"
+
+
+def test_interpolated_setpoints_match_the_twins_drives():
+    """The replay's controls (sim.servo.interpolated) and the twin's own stepping apply the same
+    targets: a staircase written once per control period ends on the same arm trajectory."""
+    from r2s2r.sim.servo import interpolated
+    from r2s2r.sim.twin import Twin
+    robot = registry()["aloha"]
+    twin = Twin(Scene(robot="aloha", table=None, robot_cameras=False))
+    assert twin.hold_steps == 20  # 50 Hz setpoints, 1 ms physics steps
+    home = twin.data.ctrl[twin._arm_ctrl].copy()
+    rng = np.random.default_rng(3)
+    rows = home + np.cumsum(rng.uniform(-0.02, 0.02, (10, len(robot.joint_names))), axis=0)
+    applied = []
+    for row in rows:
+        twin.set_arm_targets(row)
+        for _ in range(twin.hold_steps):
+            twin.step(1)
+            applied.append(twin.data.ctrl[twin._arm_ctrl].copy())
+    expected = interpolated(np.repeat(rows, twin.hold_steps, axis=0), twin.hold_steps)
+    # The first period starts from home, which the replay's padding (the first row) does not know.
+    np.testing.assert_allclose(np.array(applied)[twin.hold_steps:], expected[twin.hold_steps:], atol=1e-12)
+    # Linear between setpoints, reaching each one period after it was written.
+    np.testing.assert_allclose(np.array(applied)[2 * twin.hold_steps - 1], rows[1], atol=1e-12)
+    np.testing.assert_allclose(np.array(applied)[2 * twin.hold_steps - 11], (rows[0] + rows[1]) / 2, atol=1e-12)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware.base import Hardware, Lifecycle
 from r2s2r.sim.scene import Scene
-from r2s2r.sim.servo import servo_acceleration_limits
+from r2s2r.sim.servo import twin_command_limits
 from r2s2r.sim.twin import Twin
 
 
@@ -28,12 +26,9 @@ class SimHardware(Hardware):
         self.state = Lifecycle.INACTIVE
 
     def command_limits(self, limits):
-        """`limits` with each joint's acceleration capped at what its servo can deliver in the twin
-        after holding the arm up (sim.servo), and the velocities at the robot's twin_velocity_scale:
-        a servo driven past what its torque allows falls behind, then overshoots."""
-        cap = servo_acceleration_limits(self.robot, self.twin.model)
-        velocity = limits.velocity * min(1.0, self.robot.twin_velocity_scale)
-        return dataclasses.replace(limits, velocity=velocity, acceleration=np.minimum(limits.acceleration, cap))
+        """What the twin's servos can follow (sim.servo.twin_command_limits): a servo driven past
+        what its torque allows falls behind, then overshoots."""
+        return twin_command_limits(self.robot, self.twin.model, limits)
 
     def read(self) -> JointSample:
         return self.twin.joint_sample()

@@ -165,7 +165,7 @@ def _align(args) -> int:
     if markers:
         add_markers(spec, {k: m for k, m in markers.items() if k in {o.name for o in scene.objects}})
     rt = ReplayTwin(scene, spec=spec)
-    stream = setpoints(episode, rt.twin.timestep)
+    stream = setpoints(episode, rt.twin)
     tracks = track_objects(episode, scene, markers) if markers else []
     before = align(rt, episode, stream, {}, tracks)
     out = Path(args.out)

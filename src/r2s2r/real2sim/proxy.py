@@ -232,7 +232,7 @@ def _segments(ik: ArmIK, q0: np.ndarray, waypoints, rate_hz: float, t0: float) -
 def grasp_lift_script(robot, start_q: np.ndarray, object_pos, object_yaw: float, width: float, squeeze: float,
                       lift: float = 0.06, hover: float = 0.1, grasp_height: float | None = None,
                       rate_hz: float = 100.0, settle_s: float = 0.3, speed_s: float = 0.7, dwell_s: float = 0.0,
-                      place=None, hold_s: float = 0.4) -> tuple[list, float]:
+                      place=None, hold_s: float = 0.4, release_dwell_s: float = 0.0) -> tuple[list, float]:
     """Reach over an object, descend, close the gripper to `width - squeeze`, lift by `lift`,
     hold, lower it back (or, with `place` (x, y), carry it there and put it down), open and
     withdraw. Returns the commands and the episode's length.
@@ -240,7 +240,8 @@ def grasp_lift_script(robot, start_q: np.ndarray, object_pos, object_yaw: float,
     `grasp_height`: the TCP's height at the grasp (default the object's centre height).
     `dwell_s`: hold still at the grasp pose before closing. An arm that lags its setpoints (soft
     gains, latency) is still above the grasp when the stream reaches it; closing then pinches the
-    object's top edge, a contact no two twins resolve alike."""
+    object's top edge, a contact no two twins resolve alike. `release_dwell_s`: the same before
+    opening, so that a lagging arm has put the object down (a ball let go in motion rolls on)."""
     group = robot.groups[0].name
     gripper = robot.grippers[0]
     ik = ArmIK(robot, group)
@@ -277,6 +278,9 @@ def grasp_lift_script(robot, start_q: np.ndarray, object_pos, object_yaw: float,
     path.append((down, rot, speed_s))
     part, q, t = _segments(ik, q, path, rate_hz, t)
     cmds += part
+    if release_dwell_s > 0:
+        cmds += _hold(group, q, t, release_dwell_s, rate_hz)
+        t += release_dwell_s
     above = down + [0, 0, hover - 0.004]
     cmds.append(ScriptCommand(t + 0.01, "gripper", gripper.name, (open_width,)))
     t += 0.5

@@ -28,16 +28,19 @@ from r2s2r.hardware.base import Hardware
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.real2sim.params import TwinParameters
 from r2s2r.sim.scene import Scene
+from r2s2r.sim.servo import interpolated, twin_command_limits
 from r2s2r.sim.twin import Twin
 
 
 class _SetpointRecorder(Hardware):
-    """A Hardware that only records what the control loop writes, one row per physics step."""
+    """A Hardware that only records what the control loop writes, one row per physics step, planned
+    within the limits the twin's driver commands with."""
 
     backend = "replay"
 
-    def __init__(self, robot, sample: JointSample, timestep: float):
+    def __init__(self, robot, sample: JointSample, timestep: float, model: mujoco.MjModel):
         super().__init__(robot)
+        self._model = model
         self._sample = sample
         self._timestep = timestep
         self.time = 0.0
@@ -56,6 +59,9 @@ class _SetpointRecorder(Hardware):
 
     def read(self) -> JointSample:
         return self._sample
+
+    def command_limits(self, limits):
+        return twin_command_limits(self.robot, self._model, limits)
 
     def write(self, command: JointCommand, gripper_openings) -> None:
         self._current = (np.array(command.position), np.array(gripper_openings, float))
@@ -118,11 +124,12 @@ def gripper_openings_at(episode: Episode, row: int = 0) -> np.ndarray:
     return np.array(out)
 
 
-def setpoints(episode: Episode, timestep: float, duration: float | None = None,
+def setpoints(episode: Episode, twin: Twin, duration: float | None = None,
               control_rate_hz: float | None = None) -> Setpoints:
-    """The setpoint stream of the episode's commands, run through the driver's control path."""
+    """The setpoint stream of the episode's commands, run through the control path of `twin`'s
+    driver (its limits, one row per physics step of its timestep)."""
     robot = episode.robot
-    recorder = _SetpointRecorder(robot, initial_sample(episode), timestep)
+    recorder = _SetpointRecorder(robot, initial_sample(episode), twin.timestep, twin.model)
     loop = ControlLoop(recorder, control_rate_hz)
     loop.controller.hold_grippers(gripper_openings_at(episode))
     end = episode.duration if duration is None else duration
@@ -147,7 +154,7 @@ def setpoints(episode: Episode, timestep: float, duration: float | None = None,
         loop.cycle()
     arm = np.array(recorder.arm)
     grippers = np.array(recorder.grippers).reshape(len(arm), len(robot.grippers))
-    return Setpoints(timestep, arm, grippers, rejected)
+    return Setpoints(twin.timestep, arm, grippers, rejected)
 
 
 @dataclass(frozen=True)
@@ -229,10 +236,11 @@ class ReplayTwin:
         return out
 
     def controls(self, stream: Setpoints, latency_s: float) -> np.ndarray:
-        """nsteps x nu controls: the shifted setpoints on the arm and gripper actuators."""
+        """nsteps x nu controls: the shifted setpoints on the arm and gripper actuators, the arm's
+        interpolated as the twin's drives do."""
         arm, grippers = stream.shifted(latency_s)
         ctrl = np.tile(self.twin.data.ctrl, (stream.nsteps, 1))
-        ctrl[:, self.arm_act] = arm
+        ctrl[:, self.arm_act] = interpolated(arm, self.twin.hold_steps)
         if len(self.gripper_act):
             ctrl[:, self.gripper_act] = grippers
         return ctrl

@@ -96,7 +96,7 @@ class FitData:
 
 
 def prepare(rt: ReplayTwin, episode: Episode, tracks: Sequence[ObjectTrack] = (), stride: int = 2) -> FitData:
-    stream = setpoints(episode, rt.twin.timestep)
+    stream = setpoints(episode, rt.twin)
     initial = rt.start(episode)
     j = episode.joints
     end = stream.nsteps * stream.timestep

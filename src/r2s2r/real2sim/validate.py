@@ -150,7 +150,8 @@ def _grasp_checks(scene, twin, loop, obj, v: Validation) -> None:
     grasp_z = max(pos[2], top - 0.03)  # fingers reach 3 cm down at most
     q0 = loop.positions()
     loop.hold_here()
-    cmds, duration = grasp_lift_script(twin.robot, q0, pos, yaw, width, 0.006, lift=LIFT_M, grasp_height=grasp_z)
+    cmds, duration = grasp_lift_script(twin.robot, q0, pos, yaw, width, 0.006, lift=LIFT_M, grasp_height=grasp_z,
+                                       release_dwell_s=0.3)
     t0 = twin.time
     rest = pos.copy()
     lifted_by = None

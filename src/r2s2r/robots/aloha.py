@@ -56,6 +56,7 @@ SPEC = RobotSpec(
     base_link="aloha_base",
     vendor_packages="interbotix_xsarm_descriptions (aloha_vx300s), aloha",
     groups=(_arm("left", LEFT_ARM), _arm("right", RIGHT_ARM)),
+    twin_acceleration_share=0.8,
     home={**dict(zip(LEFT_ARM, _START)), **dict(zip(RIGHT_ARM, _START))},
     grippers=(_gripper("left"), _gripper("right")),
     cameras=(

@@ -94,6 +94,7 @@ SPEC = RobotSpec(
         ),
     ),
     # Rainbow's ready pose (rby1-sdk examples); the head tilted 30 deg down to the workspace (ours).
+    twin_acceleration_share=0.6,
     home={
         **dict(zip(TORSO, (0.0, radians(45), radians(-90), radians(45), 0.0, 0.0))),
         **dict(zip(RIGHT_ARM, (0.0, radians(-5), 0.0, radians(-120), 0.0, radians(70), 0.0))),

@@ -97,6 +97,9 @@ class RobotSpec:
     # The share of the velocity limits the twin's servos can follow without overshooting them,
     # where the model's torque cannot brake the arm at full speed (SimHardware.command_limits).
     twin_velocity_scale: float = 1.0
+    # The share of the acceleration limits the twin plans with, where the other joints' pull
+    # through the off-diagonal inertia would push a joint past them (SimHardware.command_limits).
+    twin_acceleration_share: float = 1.0
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -32,10 +32,11 @@ SPEC = RobotSpec(
         ),
     ),
     # The urdf's efforts (xarm_description's; UFACTORY publishes no joint torques) leave joint2
-    # too little to brake against gravity and the other joints' centrifugal pull at full speed:
-    # driven by tests/test_twin_servos.py, it reached 1.17x its speed limit at full speed and
-    # at most 1.06x at 0.9 of it (seeds 0-2).
-    twin_velocity_scale=0.9,
+    # too little to brake against gravity and the other joints' centrifugal pull at speed: driven
+    # by tests/test_twin_servos.py with joint3 at 2.8 rad/s, joint2 saturated and ran on into its
+    # stop (at 0.8 of the velocity limits and 0.65 of the accelerations: 1.8x the speed limit,
+    # 1.4x the acceleration's); at 0.6 every joint kept within its limits (docs/safety.md).
+    twin_velocity_scale=0.6,
     # Tool pointing straight down 0.31 m above the base, 0.36 m in front of it.
     home=dict(zip(JOINTS, (0.0, -0.3, 0.0, 0.6, 0.0, 0.9, 0.0))),
     grippers=(

@@ -1,5 +1,10 @@
-"""What the twin's position servos can follow: per joint, the acceleration its actuator can still
-deliver after holding the arm up, in the worst of the poses sampled over the joint limits.
+"""How the twin's position drives take their setpoints, and what they can follow.
+
+Setpoints written once per control period are interpolated over the next period (hold_steps,
+interpolated): a drive fed a staircase would jump at every step, its joint accelerating far
+beyond the limits the staircase keeps on average. And per joint, the acceleration its actuator
+can still deliver after holding the arm up, in the worst of the poses sampled over the joint
+limits, of which the twin plans with a share.
 
 The twin's actuators are force-limited, and gravity compensation draws on the same force range
 (actgravcomp). A setpoint that accelerates faster than the remaining torque allows leaves the
@@ -9,6 +14,7 @@ narrows its command limits to this (SimHardware.command_limits), never the datas
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import mujoco
@@ -17,6 +23,29 @@ import numpy as np
 from r2s2r.robots import RobotSpec
 
 SAMPLES = 256
+
+# The share of what a joint's actuator can deliver after holding the arm up that the twin plans
+# with: the rest is for the other joints' pull. FR3 joint 2, planned at its datasheet limit (0.93
+# of that budget), saturated and reached 1.5x its acceleration limit (docs/safety.md).
+SERVO_TORQUE_SHARE = 0.65
+
+
+def hold_steps(robot: RobotSpec, timestep: float) -> int:
+    """Physics steps over which a drive moves from one setpoint to the next: one control period."""
+    return max(1, round(1.0 / (robot.control_rate_hz * timestep)))
+
+
+def interpolated(rows: np.ndarray, steps: int) -> np.ndarray:
+    """Per physics step targets as the drives apply them from `rows` (one per physics step, as the
+    controller held them): each the mean of the last `steps` rows, the first row standing in
+    before the start. Written once per period, setpoints are so reached along a line, one period
+    late. Twin._step_each does the same step by step."""
+    rows = np.asarray(rows, float)
+    if steps <= 1 or len(rows) == 0:
+        return rows
+    padded = np.concatenate([np.repeat(rows[:1], steps, axis=0), rows])
+    total = np.cumsum(padded, axis=0)
+    return (total[steps:] - total[:-steps]) / steps
 
 _cache: dict[str, np.ndarray] = {}
 
@@ -28,12 +57,22 @@ def _key(robot: RobotSpec, model: mujoco.MjModel) -> str:
     return digest.hexdigest()
 
 
+def twin_command_limits(robot: RobotSpec, model: mujoco.MjModel, limits):
+    """`limits` (hardware.safety.SafetyLimits) as the twin's driver commands with them: each joint's
+    acceleration at the robot's twin_acceleration_share and within SERVO_TORQUE_SHARE of what
+    its servo can deliver after holding the arm up, the velocities at its twin_velocity_scale. The twin's backend and the replay of
+    an episode on the twin (real2sim.replay.setpoints) both plan with these."""
+    cap = servo_acceleration_limits(robot, model)
+    velocity = limits.velocity * min(1.0, robot.twin_velocity_scale)
+    acceleration = np.minimum(limits.acceleration * min(1.0, robot.twin_acceleration_share), cap * SERVO_TORQUE_SHARE)
+    return dataclasses.replace(limits, velocity=velocity, acceleration=acceleration)
+
+
 def servo_acceleration_limits(robot: RobotSpec, model: mujoco.MjModel) -> np.ndarray:
     """Per joint of `robot.joint_names`: the least, over sampled poses, of
     (force range - |gravity compensation|) / own inertia, in rad/s^2 (cached per model). The other
-    joints' pull through the off-diagonal inertia and the velocity terms is left to the twin's
-    following-error bound (Twin.servo_lag) and, where it is not enough, the robot's
-    twin_velocity_scale."""
+    joints' pull through the off-diagonal inertia is left to SERVO_TORQUE_SHARE and the robot's
+    twin_acceleration_share, their centrifugal pull at speed to its twin_velocity_scale."""
     key = _key(robot, model)
     if key in _cache:
         return _cache[key].copy()

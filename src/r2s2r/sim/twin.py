@@ -19,10 +19,13 @@ from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpo
 from r2s2r.sim.dynamics import apply_dynamics
 from r2s2r.sim.fixtures import add_fixture
 from r2s2r.sim.scene import ObjectSpec, Scene
+from r2s2r.sim.servo import hold_steps
 
 _GEOM = {"box": mujoco.mjtGeom.mjGEOM_BOX, "cylinder": mujoco.mjtGeom.mjGEOM_CYLINDER,
          "sphere": mujoco.mjtGeom.mjGEOM_SPHERE, "capsule": mujoco.mjtGeom.mjGEOM_CAPSULE}
 _STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # everything mj_step reads: restore is exact
+# A target may lead its joint by this many times the drive's lag at full speed (Twin.following_bound).
+FOLLOWING_MARGIN = 2.0
 
 
 def _geom_size(obj: ObjectSpec) -> list[float]:
@@ -151,6 +154,13 @@ class Twin:
         self.camera_names = tuple(m.camera(i).name for i in range(m.ncam))
         self._initial_qpos = home_qpos(self.robot, m)
         self._initial_ctrl = home_ctrl(self.robot, m)
+        # The drives interpolate: each physics step applies the mean of the arm targets of the last
+        # `hold_steps` steps (sim.servo.hold_steps), so a setpoint written once per control period
+        # is reached along a line over the next period instead of as a step.
+        self.hold_steps = hold_steps(self.robot, self.timestep)
+        self._arm_goal = self._initial_ctrl[self._arm_act].copy()  # the latest target, as it came due
+        self._arm_window = np.tile(self._arm_goal, (self.hold_steps, 1))
+        self._window_at = 0
         # Views into sensordata, filled by mj_step itself (see _add_privileged_sensors).
         n, k, a = len(self.state_joint_names), len(self.object_names), len(self.joint_names)
         blocks = np.cumsum([0, n, n, a, 3 * k, 4 * k])
@@ -176,6 +186,7 @@ class Twin:
         self._delayed.clear()
         self.data.qpos[:] = self._initial_qpos
         self.data.ctrl[:] = self._initial_ctrl
+        self._hold_arm(self._initial_ctrl[self._arm_act])
         mujoco.mj_forward(self.model, self.data)
         self._sensor_time = self.data.time
 
@@ -189,6 +200,7 @@ class Twin:
     def restore(self, state: np.ndarray) -> None:
         self._delayed.clear()  # commands in flight are not part of the state
         mujoco.mj_setState(self.model, self.data, np.asarray(state, dtype=float), _STATE)
+        self._hold_arm(self.data.ctrl[self._arm_ctrl])
         mujoco.mj_forward(self.model, self.data)
         self._sensor_time = self.data.time
 
@@ -211,31 +223,44 @@ class Twin:
         self.command_latency_s = self.fitted_latency_s + float(extra_s)
         self._delayed.clear()
 
-    def servo_lag(self) -> np.ndarray:
-        """Each arm joint's lag behind a setpoint moving at the velocity limit, from the gains the
-        model holds now: (kv + damping) / kp x vmax (its time constant times that speed).
+    def following_bound(self) -> np.ndarray:
+        """How far each arm joint's applied target may lead the joint: FOLLOWING_MARGIN times its
+        lag behind a setpoint moving at the velocity limit, from the gains the model holds now
+        ((kv + damping) / kp) and the interpolation's period.
 
-        It is also how far a target may lead its joint when applied. A drive whose torque runs out
-        (holding the arm against gravity, pushing against an obstacle) falls behind its setpoints;
-        left to run further ahead, the setpoint would make the joint overshoot its speed limit when
-        it catches up. Real drives bound their following error for the same reason."""
+        A drive whose torque runs out against an obstacle (a block pressed into the table) or
+        against gravity falls behind its setpoints; left to run further ahead, the target would
+        push it with all its force and throw it on when it frees. Real drives bound their
+        following error for the same reason. The margin keeps the bound out of free motion:
+        there, pressing a joint that other joints hold back at full speed while its setpoint
+        brakes, it made the joint brake far harder than the limits when the setpoint caught up."""
         m, act = self.model, self._arm_act
         kp = m.actuator_gainprm[act, 0]
         kv = -m.actuator_biasprm[act, 2] + m.dof_damping[self._arm_dof]
-        return kv / kp * self.robot.limits.velocity
+        return FOLLOWING_MARGIN * (kv / kp + self.hold_steps * self.timestep) * self.robot.limits.velocity
 
-    def _within_lead(self, targets: np.ndarray, lead: np.ndarray) -> np.ndarray:
+    def _within_bound(self, targets: np.ndarray, bound: np.ndarray) -> np.ndarray:
         here = self.data.qpos[self._arm_qpos]
-        return np.clip(targets, here - lead, here + lead)
+        return np.clip(targets, here - bound, here + bound)
+
+    def _hold_arm(self, targets: np.ndarray) -> None:
+        """The drives at rest on `targets`: no interpolation under way."""
+        self._arm_goal[:] = targets
+        self._arm_window[:] = targets
 
     def set_arm_targets(self, positions: np.ndarray) -> None:
         """Position targets of every arm joint, in `joint_names` order (they reach the actuators
         `command_latency_s` later: the fitted latency and any set by set_command_latency), each
-        kept within servo_lag() of its joint when it is applied."""
+        reached over `hold_steps` physics steps."""
         if self.command_latency_s > 0:
             self._delay(self._arm_ctrl, positions)
         else:
-            self.data.ctrl[self._arm_ctrl] = self._within_lead(positions, self.servo_lag())
+            self._set_arm_goal(positions)
+
+    def _set_arm_goal(self, positions) -> None:
+        self._arm_goal[:] = positions
+        if self.hold_steps == 1:
+            self.data.ctrl[self._arm_ctrl] = self._within_bound(self._arm_goal, self.following_bound())
 
     def set_gripper_openings(self, openings: np.ndarray) -> None:
         if self.command_latency_s > 0:
@@ -246,20 +271,28 @@ class Twin:
     def _delay(self, actuators, values) -> None:
         self._delayed.append((self.data.time + self.command_latency_s, actuators, np.array(values, float)))
 
-    def _step_delayed(self, n: int) -> None:
-        """n physics steps, each first applying the delayed commands that have come due."""
+    def _step_each(self, n: int) -> None:
+        """n physics steps, each first applying the delayed commands that have come due and
+        moving the arm's actuators one step along their interpolation."""
         model, data, delayed, arm = self.model, self.data, self._delayed, self._arm_ctrl
-        lead = self.servo_lag()
+        bound, window = self.following_bound(), self._arm_window
         for _ in range(n):
             while delayed and delayed[0][0] <= data.time + 1e-9:
                 _, actuators, values = delayed.popleft()
-                data.ctrl[actuators] = self._within_lead(values, lead) if actuators is arm else values
+                if actuators is arm:
+                    self._set_arm_goal(values)
+                else:
+                    data.ctrl[actuators] = values
+            if len(window) > 1:
+                window[self._window_at] = self._arm_goal
+                self._window_at = (self._window_at + 1) % len(window)
+                data.ctrl[arm] = self._within_bound(window.mean(axis=0), bound)
             mujoco.mj_step(model, data)
 
     def step(self, n: int = 1) -> None:
         model, data = self.model, self.data
-        if self.command_latency_s > 0:
-            self._step_delayed(n)
+        if self.command_latency_s > 0 or self.hold_steps > 1:
+            self._step_each(n)
         elif n > 0:
             mujoco.mj_step(model, data, n)
         self._sensor_time = data.time - model.opt.timestep
@@ -267,14 +300,14 @@ class Twin:
     def step_through(self, arm_targets: np.ndarray, steps_per_row: int = 1) -> None:
         """Set each row of `arm_targets` (joint_names order) in turn and step `steps_per_row` times after it."""
         model, data, ctrl, arm = self.model, self.data, self.data.ctrl, self._arm_ctrl
-        if self.command_latency_s > 0:
+        if self.command_latency_s > 0 or self.hold_steps > 1:
             for row in arm_targets:
-                self._delay(arm, row)
-                self._step_delayed(steps_per_row)
+                self.set_arm_targets(row)
+                self._step_each(steps_per_row)
         else:
-            lead, within = self.servo_lag(), self._within_lead
+            bound, within = self.following_bound(), self._within_bound
             for row in arm_targets:
-                ctrl[arm] = within(row, lead)
+                ctrl[arm] = within(row, bound)
                 mujoco.mj_step(model, data, steps_per_row)
         self._sensor_time = data.time - model.opt.timestep
 

@@ -1,0 +1,272 @@
+"""A hostile client over DDS, against every robot's twin: its stack (config/stacks/<robot>_sim.yaml, franka_sim
+for the FR3) in a process of its own, and a RobotClient that sends what tests/backend_helpers.hostile_round
+makes (valid far targets, edges, NaN, Inf, wrong lengths, out-of-limit values, 1e9, bad
+trajectories and gripper openings) on every group's and gripper's topics, then falls silent, then
+streams a far target and presses the estop while the arm moves, and carries on sending.
+
+The twin stands in free space, and the valid targets keep to a box of joint positions in which
+the arm touches neither itself nor the floor (checked here over sampled poses): the command path
+has no collision check, and no speed bound holds through a collision (docs/safety.md).
+
+What the client sees on joint_states (every message, by its header stamp, on the twin's clock):
+the joints never move faster than the datasheet allows (beyond the servos' overshoot) nor
+accelerate faster than the spec, the arm
+comes to rest after the silence and after the estop within the stopping time plus the servos'
+settling and then stays put while every command is dropped; diagnostics report the rejections.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from r2s2r.contract import Topics, qos
+from r2s2r.robots import get_robot
+from r2s2r.waiting import wait_for
+from tests.backend_helpers import COMMAND_PERIOD_S, HostileCommand, hostile_round
+from tests.test_twin_servos import SPEED_TOLERANCE  # the servos' measured overshoot, justified there
+
+STACKS = {"aloha": "aloha_sim", "flexiv_rizon4": "flexiv_rizon4_sim", "franka_fr3": "franka_sim", "rby1": "rby1_sim",
+          "xarm7": "xarm7_sim"}  # robot: its twin's stack in config/stacks
+ROBOTS = tuple(STACKS)
+# Where the valid targets go: within REACH_RAD of home plus an offset, per joint (and within the
+# limits). The offsets were found by a random search from home for a box of 0.25 rad in which none
+# of 3000 sampled poses, corners included, touched anything (the FR3's and ALOHA's homes needed
+# none); at 0.25 one pose in 3000 put an RB-Y1 finger on its torso, at 0.2 none.
+REACH_RAD = 0.2
+REACH_OFFSET = {
+    "xarm7": (0.1, -0.08, -0.25, 0.03, 0.02, -0.18, -0.1),
+    "flexiv_rizon4": (0.14, 0.18, 0.09, -0.19, 0.22, -0.04, -0.1),
+    "rby1": (0.0, 0.14, 0.05, -0.27, 0.22, 0.2, -0.03, -0.27, 0.16, -0.03, 0.14, -0.08, 0.03, -0.03, 0.15, 0.04,
+             0.01, 0.0, -0.26, -0.2, 0.03, -0.11),
+}
+STREAM_S = 2.5  # of hostile commands, on the twin's clock
+BURST_S = 0.4  # a far target streamed this long before the estop, so that it meets a moving arm
+HOLD_S = 0.8  # how long a stopped arm is watched for staying put
+STILL_RAD = 1e-4  # servo noise of a twin at rest: a joint that moves less than this stands still
+# Kinds a twin never hears of: a topic of a group or gripper the robot lacks has no subscriber.
+UNHEARD = ("unknown_group", "unknown_gripper")
+
+
+class JointStateLog:
+    """Every joint_states message the client receives: header stamp, positions and velocities
+    of the robot's joints (in robot.joint_names order)."""
+
+    def __init__(self, node, joint_names):
+        self.joint_names = tuple(joint_names)
+        self._lock = threading.Lock()
+        self._stamps, self._positions, self._velocities = [], [], []
+        self._index = None
+        node.create_subscription(JointState, Topics.JOINT_STATES, self._on_message, qos.STATE)
+
+    def _on_message(self, msg: JointState) -> None:
+        if self._index is None:
+            self._index = [list(msg.name).index(j) for j in self.joint_names]
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        with self._lock:
+            self._stamps.append(stamp)
+            self._positions.append(np.asarray(msg.position)[self._index])
+            self._velocities.append(np.asarray(msg.velocity)[self._index] if len(msg.velocity) else
+                                    np.full(len(self._index), np.nan))
+
+    def latest(self) -> float:
+        with self._lock:
+            return self._stamps[-1] if self._stamps else -math.inf
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with self._lock:
+            return np.array(self._stamps), np.array(self._positions), np.array(self._velocities)
+
+    def wait_until(self, stamp: float, timeout: float) -> None:
+        """Until a message stamped `stamp` or later has come (the twin's clock may run slower than the wall's)."""
+        assert wait_for(lambda: self.latest() >= stamp, timeout), \
+            f"joint_states stopped at {self.latest():.3f} s, short of {stamp:.3f} s"
+
+
+def publish(client, command) -> None:
+    if command.channel == "positions":
+        client.send_positions(command.target, command.values)
+    elif command.channel == "trajectory":
+        client.send_trajectory(command.target, command.names, command.times, command.values)
+    else:
+        client.send_gripper(command.target, list(command.values))
+
+
+def stream_until(client, log: JointStateLog, until: float, make_round, timeout: float = 60.0) -> None:
+    """Publish `make_round()`'s commands every COMMAND_PERIOD_S of wall time until joint_states
+    reach `until` on the twin's clock (pacing, not synchronisation: the stamps decide the end)."""
+    deadline = time.monotonic() + timeout
+    while log.latest() < until:
+        assert time.monotonic() < deadline, f"joint_states stopped at {log.latest():.3f} s, short of {until:.3f} s"
+        for command in make_round():
+            publish(client, command)
+        time.sleep(COMMAND_PERIOD_S)  # pacing, as a client streaming at 100 Hz
+
+
+def swing(stamps, positions, start: float, end: float) -> np.ndarray:
+    window = positions[(stamps >= start) & (stamps <= end)]
+    assert len(window) >= 5, f"only {len(window)} joint_states from {start:.3f} to {end:.3f} s"
+    return np.ptp(window, axis=0)
+
+
+def free_space_twin(robot_name: str, scene_file):
+    """A scene of the robot alone (no table, no objects), written to `scene_file`, and its
+    SimHardware, connected."""
+    from r2s2r.hardware.sim import SimHardware
+    from r2s2r.sim.scene import load_scene
+    scene_file.write_text(f"robot: {robot_name}\ntable: null\n")
+    hardware = SimHardware(load_scene(str(scene_file)))
+    hardware.connect()
+    return hardware
+
+
+def reach_box(robot, hardware) -> tuple[np.ndarray, np.ndarray]:
+    """The box the valid targets keep to, checked free of contact over sampled poses (corners first)."""
+    import mujoco
+    twin = hardware.twin
+    model, data = twin.model, twin.data
+    adr = [model.joint(j).qposadr[0] for j in robot.joint_names]
+    centre = data.qpos[adr] + np.array(REACH_OFFSET.get(robot.name, np.zeros(len(adr))))
+    lower = np.maximum(robot.limits.lower, centre - REACH_RAD)
+    upper = np.minimum(robot.limits.upper, centre + REACH_RAD)
+    rng = np.random.default_rng(0)
+    for k in range(600):
+        data.qpos[adr] = np.where(rng.random(len(adr)) < 0.5, lower, upper) if k < 100 else rng.uniform(lower, upper)
+        mujoco.mj_forward(model, data)
+        touching = [(model.geom(c.geom1).name, model.geom(c.geom2).name) for c in data.contact[:data.ncon] if c.dist < 0]
+        assert not touching, f"{robot.name}: the reach box is not free of contact: {touching} at {data.qpos[adr]}"
+    twin.reset()
+    return lower, upper
+
+
+def twin_command_limits(robot, hardware):
+    """The limits the twin's driver commands with (SimHardware.command_limits narrows the datasheet's
+    where its servos need it) and how long its servos take, once the setpoints stop, to settle within
+    STILL_RAD: their lag at full speed, (kv + damping) / kp x vmax, decaying at that time constant,
+    after the period over which the drives interpolate a setpoint."""
+    from r2s2r.hardware.safety import SafetyLimits
+    limits = hardware.command_limits(SafetyLimits.of(robot))
+    model = hardware.twin.model
+    kp = np.array([model.actuator(j).gainprm[0] for j in robot.joint_names])
+    kv = np.array([-model.actuator(j).biasprm[2] + model.dof_damping[model.joint(j).dofadr[0]]
+                   for j in robot.joint_names])
+    lag = kv / kp * limits.velocity
+    settle = float(np.max(kv / kp * np.log(np.maximum(lag / STILL_RAD, 1.0))))
+    return limits, settle + 1.0 / robot.control_rate_hz + 0.2
+
+
+def settled(stamps, positions, start: float, end: float) -> float:
+    """How long after `start` the joints last moved by STILL_RAD or more from where they are at
+    `end` (for the report: how long the servos took to come to rest)."""
+    window = (stamps >= start) & (stamps <= end)
+    final = positions[window][-1]
+    away = np.any(np.abs(positions[window] - final) >= STILL_RAD / 2, axis=1)
+    return float(stamps[window][away].max() - start) if away.any() else 0.0
+
+
+@pytest.mark.parametrize("robot_name", ROBOTS)
+def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stack_process, ros_client, tmp_path):
+    robot = get_robot(robot_name)
+    scene_file = tmp_path / "free_space.yaml"
+    hardware = free_space_twin(robot_name, scene_file)
+    reach = reach_box(robot, hardware)
+    twin_limits, settle_s = twin_command_limits(robot, hardware)
+    names, limits = robot.joint_names, robot.limits
+    client = ros_client()
+    # Clients of one test session share a DDS participant: the previous robot's driver must be gone.
+    assert wait_for(lambda: client.node.count_publishers(Topics.JOINT_STATES) == 0, 30), "an earlier driver lingers"
+    log = JointStateLog(client.node, names)
+    # The cameras are off: rendering would only take CPU from the twin on a small machine.
+    proc = stack_process(f"config/stacks/{STACKS[robot_name]}.yaml", "camera_rate_hz:=0.0", f"scene:={scene_file}")
+    assert wait_for(lambda: client.joints is not None or proc.proc.poll() is not None, 60) and client.joints, \
+        f"no joint_states within 60 s:\n{proc.output[-3000:]}"
+    for group in robot.group_names:
+        assert client.wait_for_subscriber(Topics.position_commands(group), Float64MultiArray, 30)
+        assert client.wait_for_subscriber(Topics.joint_trajectory(group), JointTrajectory, 30)
+    for gripper in robot.grippers:
+        assert client.wait_for_subscriber(Topics.gripper_commands(gripper.name), Float64MultiArray, 30)
+    assert client.wait_for_subscriber(Topics.ESTOP, Bool, 30)
+    rng = np.random.default_rng(ROBOTS.index(robot_name))
+    watchdog_s = 0.5  # driver_node's default
+    stopping_time = float(np.max(twin_limits.velocity / twin_limits.acceleration))
+    rest_after = watchdog_s + stopping_time + settle_s
+
+    def hostile(trajectories: bool):
+        return lambda: [c for c in hostile_round(robot, rng, trajectories, wire=True, reach=reach) if c.kind not in UNHEARD]
+
+    # The hostile stream (trajectories in its first half only: it ends on watched streaming targets).
+    start = log.latest()
+    stream_until(client, log, start + STREAM_S / 2, hostile(True))
+    stream_until(client, log, start + STREAM_S, hostile(False))
+    # Silence: at rest within the watchdog's grace, the stopping time and the servos' settling,
+    # counted from the last command the driver took, on the robot's clock (a busy machine may
+    # deliver the stream's last messages late).
+    client_end = log.latest()
+    log.wait_until(client_end + rest_after + HOLD_S, 60)  # seconds: every message has come, diagnostics say so
+    stream_end = float(client.diagnostic_values()["last_command_at"])
+    assert stream_end > client_end - STREAM_S, (stream_end, client_end)
+    log.wait_until(stream_end + rest_after + HOLD_S, 60)
+    # Diagnostics (published once a second) count the stream's rejections by kind.
+    rejections = [f"rejected.{group}_position" for group in robot.group_names]
+    assert wait_for(lambda: all(int(client.diagnostic_values().get(key, 0)) > 0 for key in rejections), 10), \
+        client.diagnostic_values()
+
+    # A far target for every group, then the estop while the arm moves there; the client carries on.
+    stamps, positions, _ = log.arrays()
+    here = positions[-1]
+    far = np.where(here - reach[0] > reach[1] - here, reach[0], reach[1])
+    far_targets = [HostileCommand("positions", g.name, "far", True, far[[names.index(j) for j in g.joints]])
+                   for g in robot.groups]
+    burst_start = log.latest()
+    stream_until(client, log, burst_start + BURST_S, lambda: far_targets)
+    rejected_before_estop = int(client.diagnostic_values().get("commands_rejected", 0))
+    client.estop(True)
+    # When the driver latched it, on the robot's clock: DDS may deliver the estop late on a busy machine.
+    assert wait_for(lambda: client.diagnostic_values().get("estop_latched_at"), 30), client.diagnostic_values()
+    estop_at = float(client.diagnostic_values()["estop_latched_at"])
+    stream_until(client, log, estop_at + stopping_time + settle_s + HOLD_S, lambda: far_targets + hostile(True)())
+    assert proc.proc.poll() is None, proc.output[-3000:]
+
+    stamps, positions, velocities = log.arrays()
+    # Speeds, from the positions between messages and as the twin reports them.
+    ascending = np.diff(stamps) > 0
+    measured = np.abs(np.diff(positions, axis=0)[ascending] / np.diff(stamps)[ascending][:, None])
+    from_positions = measured.max(axis=0) / limits.velocity
+    from_velocities = np.nanmax(np.abs(velocities), axis=0) / limits.velocity
+    accelerations = np.abs(np.diff(velocities, axis=0)[ascending] / np.diff(stamps)[ascending][:, None])
+    from_accelerations = np.nanmax(accelerations, axis=0) / limits.acceleration
+    moving = swing(stamps, positions, burst_start, estop_at)
+    silence_end = stream_end + rest_after + HOLD_S
+    after_silence = swing(stamps, positions, stream_end + rest_after, silence_end)
+    after_estop = swing(stamps, positions, estop_at + stopping_time + settle_s, stamps[-1])
+    report = (f"{robot_name}: worst speed / datasheet limit from positions {from_positions.max():.3f} "
+              f"({names[int(np.argmax(from_positions))]}), from reported velocities {from_velocities.max():.3f} "
+              f"({names[int(np.argmax(from_velocities))]}); worst acceleration / spec {from_accelerations.max():.3f} "
+              f"({names[int(np.argmax(from_accelerations))]}); still (within {STILL_RAD} rad) "
+              f"{settled(stamps, positions, stream_end, silence_end):.2f} s after the stream "
+              f"(allowed {rest_after:.2f}) and {settled(stamps, positions, estop_at, stamps[-1]):.2f} s after the "
+              f"estop (allowed {stopping_time + settle_s:.2f})")
+    print(report)
+    assert moving.max() > 0.05, f"the arm should be moving when the estop comes: {moving}"
+    assert np.all(after_silence < STILL_RAD), \
+        f"{robot_name}: {rest_after:.2f} s after the hostile stream the joints still move by {after_silence} rad; " \
+        f"{report}"
+    assert np.all(after_estop < STILL_RAD), \
+        f"{robot_name}: {stopping_time + settle_s:.2f} s after the estop, with commands refused, the joints still " \
+        f"move by {after_estop} rad; {report}"
+    assert np.all(from_positions <= 1 + SPEED_TOLERANCE) and np.all(from_velocities <= 1 + SPEED_TOLERANCE), report
+    assert np.all(from_accelerations <= 1.0), report
+
+    # Diagnostics: the estop latched, and the commands sent during the latch counted as rejected.
+    def latched(values):
+        return values.get("mode") == "estop" and int(values.get("commands_rejected", 0)) > rejected_before_estop + 10
+    assert wait_for(lambda: latched(client.diagnostic_values()), 10), \
+        {key: client.diagnostic_values().get(key) for key in ("mode", "message", "commands_rejected")} | \
+        {"commands_rejected before the estop": rejected_before_estop}
