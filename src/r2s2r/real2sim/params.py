@@ -29,6 +29,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.robots import RobotSpec
+from r2s2r.sim.dynamics import write_joint_dynamics
 
 OBJECT_PRIORITY = 2
 GROUP_KINDS = ("kp_scale", "kv_scale", "damping_scale", "armature_scale", "frictionloss", "inertia_scale")
@@ -146,16 +147,15 @@ class TwinParameters:
                 idx = self._groups[info.target]
                 act, dof = idx["act"], idx["dof"]
                 if info.kind == "kp_scale":
-                    model.actuator_gainprm[act, 0] = n["gainprm"][act, 0] * value
-                    model.actuator_biasprm[act, 1] = n["biasprm"][act, 1] * value
+                    write_joint_dynamics(model, act, dof, kp=n["gainprm"][act, 0] * value)
                 elif info.kind == "kv_scale":
-                    model.actuator_biasprm[act, 2] = n["biasprm"][act, 2] * value
+                    write_joint_dynamics(model, act, dof, kv=-n["biasprm"][act, 2] * value)
                 elif info.kind == "damping_scale":
-                    model.dof_damping[dof] = n["damping"][dof] * value
+                    write_joint_dynamics(model, act, dof, damping=n["damping"][dof] * value)
                 elif info.kind == "armature_scale":
-                    model.dof_armature[dof] = n["armature"][dof] * value
+                    write_joint_dynamics(model, act, dof, armature=n["armature"][dof] * value)
                 elif info.kind == "frictionloss":
-                    model.dof_frictionloss[dof] = value
+                    write_joint_dynamics(model, act, dof, frictionloss=value)
                 elif info.kind == "inertia_scale":
                     bodies = idx["bodies"]
                     model.body_mass[bodies] = n["mass"][bodies] * value

@@ -38,7 +38,7 @@ Kinds, their units and the value that changes nothing (the nominal, unless `nomi
 | light_tilt | light | tilt of its direction away from the nominal, rad | 0 |
 | light_azimuth | light | the direction of that tilt about the vertical, rad | 0 |
 | distractors | - | how many of the factor's `objects:` are added (integer) | 0 |
-| actuator_gain | - | scale of every arm actuator's stiffness and damping | 1 |
+| actuator_gain | - | scale of every arm actuator's stiffness and damping (the twin's own: fitted ones included) | 1 |
 | command_latency | - | delay of every command, s | 0 |
 | variant | - | which scene of the factor's `pool:` the trial starts from: 0 is the task's own scene, k the pool's variant k (integer) | 0 |
 
@@ -642,17 +642,12 @@ def load_space(path: str | Path, scene: Scene) -> PerturbationSpace:
 # -- run-time settings ---------------------------------------------------------------------------
 def apply_runtime(twin, settings: Mapping[str, Any]) -> None:
     """Actuator gains, command latency and initial joint positions of a freshly reset twin.
-    Idempotent: gains are set from the RobotSpec, the latency on top of the twin's fitted one,
-    joints from the home pose, so calling it twice changes nothing."""
+    Idempotent: gains are the twin's own (fitted, where its scene names a dynamics file) times the
+    scale, the latency on top of the twin's fitted one, joints from the home pose, so calling it
+    twice changes nothing."""
     robot, model, data = twin.robot, twin.model, twin.data
     twin.set_command_latency(float(settings.get("command_latency_s", 0.0)))
-    scale = float(settings.get("actuator_gain_scale", 1.0))
-    for group in robot.groups:
-        for k, joint in enumerate(group.joints):
-            act = model.actuator(joint).id
-            model.actuator_gainprm[act, 0] = group.kp[k] * scale
-            model.actuator_biasprm[act, 1] = -group.kp[k] * scale
-            model.actuator_biasprm[act, 2] = -group.kv[k] * scale
+    twin.set_actuator_gain_scale(float(settings.get("actuator_gain_scale", 1.0)))
     offsets = settings.get("initial_joint_offsets", {})
     if offsets:
         limits = robot.limits

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 import mujoco
+import numpy as np
 
 from r2s2r.config import ConfigError, Section, load_yaml
 
@@ -35,6 +36,11 @@ class DynamicsSpec:
     command_latency_s: float = 0.0
     object_priority: int | None = None  # geom priority of the scene's objects (None: leave MuJoCo's default)
     source: str = "<dynamics>"
+
+    def __hash__(self) -> int:
+        # By value, so that a Scene naming a dynamics file hashes (the evaluation caches twins by scene).
+        joints = tuple(sorted((j, tuple(sorted(v.items()))) for j, v in self.joints.items()))
+        return hash((self.robot, joints, self.command_latency_s, self.object_priority, self.source))
 
 
 def load_dynamics(path: str | Path, robot) -> DynamicsSpec:
@@ -61,26 +67,34 @@ def load_dynamics(path: str | Path, robot) -> DynamicsSpec:
                         object_priority=priority, source=str(path))
 
 
+def write_joint_dynamics(model: mujoco.MjModel, actuators, dofs, kp=None, kv=None, damping=None, armature=None,
+                         frictionloss=None) -> None:
+    """The one place that writes position servos' gains and their joints' passive dynamics into a
+    compiled model (a fitted file, a fit's trial values, a perturbation's gain scale all come
+    through here). `actuators` and `dofs`: indices (scalars or arrays, pairwise); a value left
+    None stays as it is."""
+    if kp is not None:
+        model.actuator_gainprm[actuators, 0] = kp
+        model.actuator_biasprm[actuators, 1] = -np.asarray(kp, dtype=float)
+    if kv is not None:
+        model.actuator_biasprm[actuators, 2] = -np.asarray(kv, dtype=float)
+    if damping is not None:
+        model.dof_damping[dofs] = damping
+    if armature is not None:
+        model.dof_armature[dofs] = armature
+    if frictionloss is not None:
+        model.dof_frictionloss[dofs] = frictionloss
+
+
 def apply_dynamics(model: mujoco.MjModel, dynamics: DynamicsSpec, object_geoms=()) -> None:
     """Write the file's joint values into a compiled model (a position actuator per joint, named
     after it, as robots.model builds them) and the objects' priority into their geoms."""
     for joint, values in dynamics.joints.items():
-        act = model.actuator(joint).id
-        dof = model.joint(joint).dofadr[0]
-        if "kp" in values:
-            model.actuator_gainprm[act, 0] = values["kp"]
-            model.actuator_biasprm[act, 1] = -values["kp"]
-        if "kv" in values:
-            model.actuator_biasprm[act, 2] = -values["kv"]
-        if "damping" in values:
-            model.dof_damping[dof] = values["damping"]
-        if "armature" in values:
-            model.dof_armature[dof] = values["armature"]
-        if "frictionloss" in values:
-            model.dof_frictionloss[dof] = values["frictionloss"]
+        write_joint_dynamics(model, model.actuator(joint).id, model.joint(joint).dofadr[0],
+                             **{key: values.get(key) for key in JOINT_KEYS})
     if dynamics.object_priority is not None:
         for geom in object_geoms:
             model.geom_priority[model.geom(geom).id] = dynamics.object_priority
 
 
-__all__ = ["DynamicsSpec", "load_dynamics", "apply_dynamics", "JOINT_KEYS", "ConfigError"]
+__all__ = ["DynamicsSpec", "load_dynamics", "apply_dynamics", "write_joint_dynamics", "JOINT_KEYS", "ConfigError"]

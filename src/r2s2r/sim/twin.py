@@ -16,7 +16,7 @@ import numpy as np
 from r2s2r.contract.types import JointSample
 from r2s2r.robots import get_robot
 from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpos
-from r2s2r.sim.dynamics import apply_dynamics
+from r2s2r.sim.dynamics import apply_dynamics, write_joint_dynamics
 from r2s2r.sim.fixtures import add_fixture
 from r2s2r.sim.scene import ObjectSpec, Scene
 from r2s2r.sim.servo import hold_steps
@@ -149,6 +149,8 @@ class Twin:
         self._arm_qpos = np.array([m.joint(n).qposadr[0] for n in self.joint_names], dtype=int)
         self._arm_dof = np.array([m.joint(n).dofadr[0] for n in self.joint_names], dtype=int)
         self._gripper_act = np.array([m.actuator(n).id for n in self.gripper_names], dtype=int)
+        # The arm servos' own gains (kp, kv): the fitted ones where the scene names a dynamics file.
+        self._servo_gains = (m.actuator_gainprm[self._arm_act, 0].copy(), -m.actuator_biasprm[self._arm_act, 2].copy())
         self._gripper_tendon = np.array([m.tendon(f"{n}_opening").id for n in self.gripper_names], dtype=int)
         self.object_names = tuple(o.name for o in scene.objects)
         self.camera_names = tuple(m.camera(i).name for i in range(m.ncam))
@@ -222,6 +224,12 @@ class Twin:
             raise ValueError(f"command latency {extra_s!r} s; expected a finite delay >= 0")
         self.command_latency_s = self.fitted_latency_s + float(extra_s)
         self._delayed.clear()
+
+    def set_actuator_gain_scale(self, scale: float = 1.0) -> None:
+        """The arm servos' gains at `scale` times the twin's own: the fitted ones where the scene
+        names a dynamics file, else the RobotSpec's (a perturbation scales what was fitted)."""
+        kp, kv = self._servo_gains
+        write_joint_dynamics(self.model, self._arm_act, self._arm_dof, kp=kp * scale, kv=kv * scale)
 
     def following_bound(self) -> np.ndarray:
         """How far each arm joint's applied target may lead the joint: FOLLOWING_MARGIN times its
