@@ -41,11 +41,11 @@ PUBLISHED_TORQUE = {
 HOLD_FRACTION = 0.85
 
 # Measured speed may exceed the limit by this much. With every servo critically damped and its
-# setpoints interpolated, the worst measured over seeds 0-2 was 1.059x (FR3; Rizon 4 1.041x,
-# RB-Y1 1.035x, position differences and reported velocities alike): the other joints' motion
+# setpoints interpolated, the worst measured over seeds 0-2 was 1.039x (Rizon 4; RB-Y1 1.035x,
+# FR3 1.033x, position differences and reported velocities alike): the other joints' motion
 # pushes through the off-diagonal inertia and Coriolis terms, which no joint's own damping
 # removes. Accelerations have no tolerance: the twin plans with a share of them where that push
-# needs one (sim.servo.twin_command_limits), and the worst measured was 0.955x (Rizon 4).
+# needs one (sim.servo.twin_command_limits), and the worst measured was 0.94x (Rizon 4).
 SPEED_TOLERANCE = 0.08
 
 

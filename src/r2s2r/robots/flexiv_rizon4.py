@@ -31,7 +31,7 @@ SPEC = RobotSpec(
         ),
     ),
     # flexiv_ros2's initial positions (0, -40, 0, 90, 0, 40, 0 deg): the flange points down.
-    twin_acceleration_share=0.8,
+    twin_acceleration_share=0.75,
     home=dict(zip(JOINTS, (0.0, -0.69813, 0.0, 1.570796, 0.0, 0.69813, 0.0))),
     grippers=(
         GripperSpec(name="gripper", joints=("gripper_finger_joint1", "gripper_finger_joint2"),

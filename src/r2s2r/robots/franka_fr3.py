@@ -31,7 +31,7 @@ SPEC = RobotSpec(
         ),
     ),
     # franka_ros2's ready pose.
-    twin_acceleration_share=0.9,
+    twin_acceleration_share=0.85,
     home=dict(zip(JOINTS, (0.0, -pi / 4, 0.0, -3 * pi / 4, 0.0, pi / 2, pi / 4))),
     grippers=(
         GripperSpec(name="gripper", joints=("fr3_finger_joint1", "fr3_finger_joint2"),
