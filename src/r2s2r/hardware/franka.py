@@ -74,8 +74,7 @@ import sys
 import tempfile
 import threading
 import time
-import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Mapping
 
@@ -134,6 +133,13 @@ FR3_LIMITS = FciLimits(
     ddq_dec=(6.0, 2.585, 3.5, 4.0, 17.0, 5.5, 17.0),
 )
 FCI_LIMITS = {"franka_fr3": FR3_LIMITS}
+
+
+def fci_margins(limits: FciLimits) -> tuple[np.ndarray, np.ndarray]:
+    """The speeds and accelerations the shaper keeps to: libfranka's margin below each FCI limit,
+    and for speed also what three lost packets at full acceleration add."""
+    ddq = np.array(limits.ddq_max) - LIMIT_EPS
+    return np.array(limits.dq_max) - LIMIT_EPS - LOST_PACKETS * DT * np.array(limits.ddq_max), ddq
 
 
 def lowpass_gain(cutoff_hz: float, dt: float = DT) -> float:
@@ -273,9 +279,8 @@ class SetpointShaper:
         self.gain = lowpass_gain(cutoff_hz)
         self.q_min, self.q_max = np.array(limits.q_min), np.array(limits.q_max)
         self.dq_offset, self.ddq_dec = np.array(limits.dq_offset), np.array(limits.ddq_dec)
-        self.ddq = np.array(limits.ddq_max) - LIMIT_EPS
+        self.dq, self.ddq = fci_margins(limits)
         self.dddq = np.array(limits.dddq_max) - LIMIT_EPS
-        self.dq = np.array(limits.dq_max) - LIMIT_EPS - LOST_PACKETS * DT * np.array(limits.ddq_max)
         self.limited = 0  # cycles in which the backstop changed the filtered setpoint
         self.reset(position)
 
@@ -890,16 +895,16 @@ class FrankaHardware(Hardware):
         - dq_offset, lies below that braking curve by dq_offset; the command range is narrowed by
         the distance that makes up for it at full speed, so the curve never asks for more."""
         fci = self.limits
-        velocity = np.minimum(limits.velocity, np.array(fci.dq_max) - LIMIT_EPS
-                              - LOST_PACKETS * DT * np.array(fci.ddq_max))
-        acceleration = np.minimum(limits.acceleration, DRIVER_ACCELERATION_SHARE * (np.array(fci.ddq_max) - LIMIT_EPS))
+        speed, acceleration = fci_margins(fci)
+        velocity = np.minimum(limits.velocity, speed)
+        acceleration = np.minimum(limits.acceleration, DRIVER_ACCELERATION_SHARE * acceleration)
         deceleration = np.minimum(acceleration, fci.ddq_dec)
         offset = np.array(fci.dq_offset)
         margin = ((velocity + offset) ** 2 - velocity ** 2) / (2 * deceleration) + LIMIT_EPS
         lower = np.maximum(limits.lower, np.array(fci.q_min) + margin)
         upper = np.minimum(limits.upper, np.array(fci.q_max) - margin)
-        return dataclasses.replace(limits, lower=lower, upper=upper, velocity=velocity, acceleration=acceleration,
-                                   limit_deceleration=deceleration)
+        return replace(limits, lower=lower, upper=upper, velocity=velocity, acceleration=acceleration,
+                       limit_deceleration=deceleration)
 
     def describe(self) -> dict[str, Any]:
         facts = {**super().describe(), "ip": self.config.ip, "sdk": f"{SDK_PACKAGE} {self._sdk_version}",

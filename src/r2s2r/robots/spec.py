@@ -95,10 +95,10 @@ class RobotSpec:
     mount_quat: tuple[float, float, float, float] = (1.0, 0.0, 0.0, 0.0)
     vendor_packages: str = ""  # the vendor ROS 2 packages whose joint names we follow
     # The share of the velocity limits the twin's servos can follow without overshooting them,
-    # where the model's torque cannot brake the arm at full speed (SimHardware.command_limits).
+    # where the model's torque cannot brake the arm at full speed (sim.servo.twin_command_limits).
     twin_velocity_scale: float = 1.0
     # The share of the acceleration limits the twin plans with, where the other joints' pull
-    # through the off-diagonal inertia would push a joint past them (SimHardware.command_limits).
+    # through the off-diagonal inertia would push a joint past them (sim.servo.twin_command_limits).
     twin_acceleration_share: float = 1.0
     extra: dict = field(default_factory=dict)
 

@@ -47,24 +47,44 @@ def interpolated(rows: np.ndarray, steps: int) -> np.ndarray:
     total = np.cumsum(padded, axis=0)
     return (total[steps:] - total[:-steps]) / steps
 
+
 _cache: dict[str, np.ndarray] = {}
+CACHE_SIZE = 16  # models a process keeps the figures of
 
 
 def _key(robot: RobotSpec, model: mujoco.MjModel) -> str:
+    """What the figures depend on: the robot's own bodies, joints and actuators. A scene's objects
+    (a perturbed mass, a distractor) change nothing, so every trial of a campaign shares one entry."""
+    joints = [model.joint(name) for name in robot.joint_names]
+    roots = {int(model.jnt_bodyid[j.id]) for j in joints}
+    bodies = [b for b in range(model.nbody) if roots & _ancestors(model, b)]
+    dofs = [j.dofadr[0] for j in joints]
+    actuators = [model.actuator(name).id for name in robot.joint_names]
     digest = hashlib.sha256(robot.name.encode())
-    for array in (model.dof_armature, model.actuator_forcerange, model.body_mass, model.body_inertia):
+    for array in (model.dof_armature[dofs], model.actuator_forcerange[actuators], model.body_mass[bodies],
+                  model.body_inertia[bodies]):
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
 
 
+def _ancestors(model: mujoco.MjModel, body: int) -> set[int]:
+    chain = {body}
+    while body:
+        body = int(model.body_parentid[body])
+        chain.add(body)
+    return chain
+
+
 def twin_command_limits(robot: RobotSpec, model: mujoco.MjModel, limits):
     """`limits` (hardware.safety.SafetyLimits) as the twin's driver commands with them: each joint's
-    acceleration at the robot's twin_acceleration_share and within SERVO_TORQUE_SHARE of what
-    its servo can deliver after holding the arm up, the velocities at its twin_velocity_scale. The twin's backend and the replay of
-    an episode on the twin (real2sim.replay.setpoints) both plan with these."""
+    acceleration at the robot's twin_acceleration_share and within SERVO_TORQUE_SHARE of what its
+    servo can deliver after holding the arm up, the velocities at its twin_velocity_scale. The
+    twin's backend and the replay of an episode on the twin (real2sim.replay.setpoints) both plan
+    with these."""
     cap = servo_acceleration_limits(robot, model)
     velocity = limits.velocity * min(1.0, robot.twin_velocity_scale)
-    acceleration = np.minimum(limits.acceleration * min(1.0, robot.twin_acceleration_share), cap * SERVO_TORQUE_SHARE)
+    acceleration = np.minimum(limits.acceleration * min(1.0, robot.twin_acceleration_share),
+                              cap * SERVO_TORQUE_SHARE)
     return dataclasses.replace(limits, velocity=velocity, acceleration=acceleration)
 
 
@@ -93,5 +113,7 @@ def servo_acceleration_limits(robot: RobotSpec, model: mujoco.MjModel) -> np.nda
         mujoco.mj_fullM(model, data, inertia)
         own = inertia[dofs, dofs]
         budget = np.minimum(budget, (effort - np.abs(data.qfrc_gravcomp[dofs])) / own)
+    while len(_cache) >= CACHE_SIZE:
+        _cache.pop(next(iter(_cache)))
     _cache[key] = np.maximum(budget, 0.0)
     return _cache[key].copy()

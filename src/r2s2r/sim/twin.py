@@ -263,12 +263,12 @@ class Twin:
         if self.command_latency_s > 0:
             self._delay(self._arm_ctrl, positions)
         else:
-            self._set_arm_goal(positions)
+            self._set_arm_goal(positions, self.following_bound())
 
-    def _set_arm_goal(self, positions) -> None:
+    def _set_arm_goal(self, positions, bound: np.ndarray) -> None:
         self._arm_goal[:] = positions
-        if self.hold_steps == 1:
-            self.data.ctrl[self._arm_ctrl] = self._within_bound(self._arm_goal, self.following_bound())
+        if self.hold_steps == 1:  # no interpolation: the target applies as it comes
+            self.data.ctrl[self._arm_ctrl] = self._within_bound(self._arm_goal, bound)
 
     def set_gripper_openings(self, openings: np.ndarray) -> None:
         if self.command_latency_s > 0:
@@ -288,7 +288,7 @@ class Twin:
             while delayed and delayed[0][0] <= data.time + 1e-9:
                 _, actuators, values = delayed.popleft()
                 if actuators is arm:
-                    self._set_arm_goal(values)
+                    self._set_arm_goal(values, bound)
                 else:
                     data.ctrl[actuators] = values
             if len(window) > 1:
