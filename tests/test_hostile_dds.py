@@ -170,7 +170,8 @@ def driver_status(client, robot_name: str, key: str, since: float = -math.inf, t
 
     def ready() -> bool:
         values = client.diagnostic_values()
-        if values.get("robot") == robot_name and values.get(key) and float(values.get("time", "nan")) >= since:
+        if values.get("robot") == robot_name and values.get(key, "nan") not in ("", "nan") and \
+                float(values.get("time", "nan")) >= since:
             found.update(values)
             return True
         return False
@@ -218,6 +219,8 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
     def hostile(trajectories: bool):
         return lambda: [c for c in hostile_round(robot, rng, trajectories, wire=True, reach=reach) if c.kind not in UNHEARD]
 
+    # The log subscribes on its own: its first message may come after the client's.
+    assert wait_for(lambda: log.latest() > -math.inf, 60), "no joint_states on the test's own subscription"
     # The hostile stream (trajectories in its first half only: it ends on watched streaming targets).
     start = log.latest()
     stream_until(client, log, start + STREAM_S / 2, hostile(True))
