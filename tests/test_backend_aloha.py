@@ -298,7 +298,7 @@ def test_link_loss_on_stop_is_reported_within_100ms_and_restart_reconnects(buses
     assert arms_of(hw.read())[LEFT] == pytest.approx(emulated_arm(left), abs=RAD_PER_TICK)
     hw.activate()
     loop.hold_here()  # as the driver does after a reconnect
-    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1]), loop.controller.stats
 
 
 def test_link_loss_on_unplug_is_reported_within_100ms_and_replug_reconnects(buses, backend):
@@ -321,7 +321,7 @@ def test_link_loss_on_unplug_is_reported_within_100ms_and_replug_reconnects(buse
     assert arms_of(hw.read())[RIGHT] == pytest.approx(emulated_arm(right), abs=RAD_PER_TICK)
     hw.activate()
     loop.hold_here()
-    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1]), loop.controller.stats
 
 
 def _replace(servos, new):
@@ -397,8 +397,8 @@ def test_shadows_without_a_secondary_id_get_their_primaries_goals(make_bus, back
     loop = active_loop(hw)
     assert hw.describe()["left_shadows"] == "written with their primaries: shoulder_shadow, elbow_shadow"
     target = np.zeros(12)
-    target[[1, 2, 7, 8]] = [0.4, -0.3, -0.4, 0.3]  # both arms' shoulders and elbows
-    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
+    target[[1, 2, 7, 8]] = [-0.4, 0.3, -0.4, 0.3]  # both arms' shoulders and elbows, leaning apart
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1]), loop.controller.stats
     for bus in (left, right):
         assert bus.servo(3).goal_position == bus.servo(2).goal_position != 2048
         assert bus.servo(5).goal_position == bus.servo(4).goal_position != 2048

@@ -67,7 +67,7 @@ def test_connect_reads_the_arm_once_and_goes_inactive(rdk):
 def test_streams_setpoints_and_the_arm_arrives_at_bounded_speed(active, rdk):
     hw, loop = active
     assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.NRT_JOINT_POSITION
-    target = RIZON.home_positions + np.array([0.3, -0.2, 0.25, 0.2, -0.3, 0.2, 0.3])
+    target = RIZON.home_positions + np.array([0.3, -0.2, 0.25, -0.2, -0.3, 0.2, 0.3])  # fingers clear of the table
     start = time.monotonic()
     speeds = [np.abs(sample.velocity[:7]) for sample in stream(loop, 5.0, target, until=arrived(target, 5e-4))]
     stream(loop, 0.1, target)  # settled: the last setpoints sent are the target

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from r2s2r.config import ConfigError
+from r2s2r.contract.types import CommandError, JointCommand
 from r2s2r.eval.tasks import Outcome, Task, load_task, task_names
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
@@ -147,6 +148,8 @@ def test_success_ends_the_trial_once_held_and_a_block_off_the_table_ends_it_too(
 
 
 def test_pressing_the_hand_into_the_table_is_a_collision():
+    """The command path refuses the pose (the collision check); setpoints written straight to the
+    twin, as an outside shove would, press the hand in, and the task scores the collision."""
     task = load_task("franka_block_in_bowl")
     task.new_episode()
     hardware = SimHardware(task.scene())
@@ -155,10 +158,17 @@ def test_pressing_the_hand_into_the_table_is_a_collision():
     loop = ControlLoop(hardware, 250.0)
     loop.hold_here()
     ik = ArmIK(hardware.robot)
-    below = ik.solve([0.45, 0.35, -0.04], top_down(0.0), hardware.robot.home_positions, iterations=80).q
-    while hardware.now < 2.5:
-        loop.controller.command_positions("arm", below, now=hardware.now)  # streamed: the watchdog watches
-        loop.run_until(hardware.now + 0.05)
+    home = hardware.robot.home_positions
+    below = ik.solve([0.45, 0.35, -0.04], top_down(0.0), home, iterations=80).q
+    with pytest.raises(CommandError, match="mm into table"):
+        loop.controller.command_positions("arm", below, now=hardware.now)
+    openings = loop.controller.gripper_openings()
+    for s in np.linspace(0.0, 1.0, 500):  # 2 s from home into the table, then pressing
+        hardware.write(JointCommand(hardware.robot.joint_names, home + s * (below - home)), openings)
+        hardware.advance(4)
+        task.step(hardware.twin)
+    for _ in range(125):
+        hardware.advance(4)
         task.step(hardware.twin)
     outcome = task.outcome(hardware.twin, timed_out=True)
     assert outcome.stage == "collision" and outcome.metrics["max_collision_force"] > 60.0

@@ -4,9 +4,9 @@ makes (valid far targets, edges, NaN, Inf, wrong lengths, out-of-limit values, 1
 trajectories and gripper openings) on every group's and gripper's topics, then falls silent, then
 streams a far target and presses the estop while the arm moves, and carries on sending.
 
-The twin stands in free space, and the valid targets keep to a box of joint positions in which
-the arm touches neither itself nor the floor (checked here over sampled poses): the command path
-has no collision check, and no speed bound holds through a collision (docs/safety.md).
+Each twin runs its stack's own scene (its table and objects), and the valid targets go anywhere
+within the joint limits: the command path refuses those that would touch the cell or the robot
+itself and stops short motions that would (sim.collision), so no contact breaks a bound.
 
 What the client sees on joint_states (every message, by its header stamp, on the twin's clock):
 the joints never move faster than the datasheet allows (beyond the servos' overshoot) nor
@@ -29,24 +29,15 @@ from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract import Topics, qos
 from r2s2r.robots import get_robot
+from r2s2r.sim.collision import guard_for
 from r2s2r.waiting import wait_for
-from tests.backend_helpers import COMMAND_PERIOD_S, HostileCommand, hostile_round
+from tests.backend_helpers import COMMAND_PERIOD_S, HostileCommand, clear_far_target, hostile_round
+from tests.test_collision_guard import stack_scene
 from tests.test_twin_servos import SPEED_TOLERANCE  # the servos' measured overshoot, justified there
 
 STACKS = {"aloha": "aloha_sim", "flexiv_rizon4": "flexiv_rizon4_sim", "franka_fr3": "franka_sim", "rby1": "rby1_sim",
           "xarm7": "xarm7_sim"}  # robot: its twin's stack in config/stacks
 ROBOTS = tuple(STACKS)
-# Where the valid targets go: within REACH_RAD of home plus an offset, per joint (and within the
-# limits). The offsets were found by a random search from home for a box of 0.25 rad in which none
-# of 3000 sampled poses, corners included, touched anything (the FR3's and ALOHA's homes needed
-# none); at 0.25 one pose in 3000 put an RB-Y1 finger on its torso, at 0.2 none.
-REACH_RAD = 0.2
-REACH_OFFSET = {
-    "xarm7": (0.1, -0.08, -0.25, 0.03, 0.02, -0.18, -0.1),
-    "flexiv_rizon4": (0.14, 0.18, 0.09, -0.19, 0.22, -0.04, -0.1),
-    "rby1": (0.0, 0.14, 0.05, -0.27, 0.22, 0.2, -0.03, -0.27, 0.16, -0.03, 0.14, -0.08, 0.03, -0.03, 0.15, 0.04,
-             0.01, 0.0, -0.26, -0.2, 0.03, -0.11),
-}
 STREAM_S = 2.5  # of hostile commands, on the twin's clock
 BURST_S = 0.4  # a far target streamed this long before the estop, so that it meets a moving arm
 HOLD_S = 0.8  # how long a stopped arm is watched for staying put
@@ -116,34 +107,12 @@ def swing(stamps, positions, start: float, end: float) -> np.ndarray:
     return np.ptp(window, axis=0)
 
 
-def free_space_twin(robot_name: str, scene_file):
-    """A scene of the robot alone (no table, no objects), written to `scene_file`, and its
-    SimHardware, connected."""
+def stack_twin(robot_name: str):
+    """The SimHardware of the robot's sim stack's scene, connected (for its limits and servos)."""
     from r2s2r.hardware.sim import SimHardware
-    from r2s2r.sim.scene import load_scene
-    scene_file.write_text(f"robot: {robot_name}\ntable: null\n")
-    hardware = SimHardware(load_scene(str(scene_file)))
+    hardware = SimHardware(stack_scene(robot_name))
     hardware.connect()
     return hardware
-
-
-def reach_box(robot, hardware) -> tuple[np.ndarray, np.ndarray]:
-    """The box the valid targets keep to, checked free of contact over sampled poses (corners first)."""
-    import mujoco
-    twin = hardware.twin
-    model, data = twin.model, twin.data
-    adr = [model.joint(j).qposadr[0] for j in robot.joint_names]
-    centre = data.qpos[adr] + np.array(REACH_OFFSET.get(robot.name, np.zeros(len(adr))))
-    lower = np.maximum(robot.limits.lower, centre - REACH_RAD)
-    upper = np.minimum(robot.limits.upper, centre + REACH_RAD)
-    rng = np.random.default_rng(0)
-    for k in range(600):
-        data.qpos[adr] = np.where(rng.random(len(adr)) < 0.5, lower, upper) if k < 100 else rng.uniform(lower, upper)
-        mujoco.mj_forward(model, data)
-        touching = [(model.geom(c.geom1).name, model.geom(c.geom2).name) for c in data.contact[:data.ncon] if c.dist < 0]
-        assert not touching, f"{robot.name}: the reach box is not free of contact: {touching} at {data.qpos[adr]}"
-    twin.reset()
-    return lower, upper
 
 
 def twin_command_limits(robot, hardware):
@@ -190,11 +159,9 @@ def settled(stamps, positions, start: float, end: float) -> float:
 
 
 @pytest.mark.parametrize("robot_name", ROBOTS)
-def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stack_process, ros_client, tmp_path):
+def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stack_process, ros_client):
     robot = get_robot(robot_name)
-    scene_file = tmp_path / "free_space.yaml"
-    hardware = free_space_twin(robot_name, scene_file)
-    reach = reach_box(robot, hardware)
+    hardware = stack_twin(robot_name)
     twin_limits, settle_s = twin_command_limits(robot, hardware)
     names, limits = robot.joint_names, robot.limits
     client = ros_client()
@@ -202,7 +169,7 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
     assert wait_for(lambda: client.node.count_publishers(Topics.JOINT_STATES) == 0, 30), "an earlier driver lingers"
     log = JointStateLog(client.node, names)
     # The cameras are off: rendering would only take CPU from the twin on a small machine.
-    proc = stack_process(f"config/stacks/{STACKS[robot_name]}.yaml", "camera_rate_hz:=0.0", f"scene:={scene_file}")
+    proc = stack_process(f"config/stacks/{STACKS[robot_name]}.yaml", "camera_rate_hz:=0.0")
     assert wait_for(lambda: client.joints is not None or proc.proc.poll() is not None, 60) and client.joints, \
         f"no joint_states within 60 s:\n{proc.output[-3000:]}"
     for group in robot.group_names:
@@ -217,7 +184,7 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
     rest_after = watchdog_s + stopping_time + settle_s
 
     def hostile(trajectories: bool):
-        return lambda: [c for c in hostile_round(robot, rng, trajectories, wire=True, reach=reach) if c.kind not in UNHEARD]
+        return lambda: [c for c in hostile_round(robot, rng, trajectories, wire=True) if c.kind not in UNHEARD]
 
     # The log subscribes on its own: its first message may come after the client's.
     assert wait_for(lambda: log.latest() > -math.inf, 60), "no joint_states on the test's own subscription"
@@ -242,8 +209,8 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
 
     # A far target for every group, then the estop while the arm moves there; the client carries on.
     stamps, positions, _ = log.arrays()
-    here = positions[-1]
-    far = np.where(here - reach[0] > reach[1] - here, reach[0], reach[1])
+    far = clear_far_target(guard_for(hardware.scene), positions[-1], robot.limits.lower, robot.limits.upper, rng,
+                           twin_limits.velocity)
     far_targets = [HostileCommand("positions", g.name, "far", True, far[[names.index(j) for j in g.joints]])
                    for g in robot.groups]
     burst_start = log.latest()

@@ -38,7 +38,9 @@ class LinkWatch:
 def test_aloha_bus_killed_mid_motion(tmp_path, stack_process, ros_client):
     from tests.emulators.dynamixel_emulator import DynamixelBus, viperx_follower
     left = DynamixelBus(tmp_path / "ttyDXL_left", viperx_follower()).start()
-    right = DynamixelBus(tmp_path / "ttyDXL_right", viperx_follower()).start()
+    # The right arm turned 1 rad at its waist: at zero both arms reach into each other in the
+    # model, and the collision check stops motions that go deeper.
+    right = DynamixelBus(tmp_path / "ttyDXL_right", viperx_follower(positions={1: 2048 + 652})).start()
     try:
         stack = write_stack(tmp_path, "aloha", "aloha", {
             "aloha.left_port": str(left.link_path), "aloha.right_port": str(right.link_path),

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import mujoco
 import numpy as np
 
+from r2s2r.contract.types import CommandError
 from r2s2r.eval.tasks import Outcome
 from r2s2r.hardware.base import Lifecycle
 from r2s2r.hardware.loop import ControlLoop
@@ -274,11 +275,18 @@ class TrialWorker:
 
 def send_command(controller, command, now: float) -> None:
     """A policy's Command into the driver's JointController, as driver_node's topics deliver it:
-    each group's targets, each gripper's opening."""
+    each group's targets, each gripper's opening. A command the controller refuses (a limit, the
+    collision check) is dropped and counted in its stats, and the arm holds, as on the driver."""
     for group, target in command.joints.items():
-        controller.command_positions(group, target, now=now)
+        try:
+            controller.command_positions(group, target, now=now)
+        except CommandError:
+            pass  # counted in controller.stats.rejected, with its message
     for gripper, opening in command.grippers.items():
-        controller.command_gripper(gripper, [opening], now=now)
+        try:
+            controller.command_gripper(gripper, [opening], now=now)
+        except CommandError:
+            pass
 
 
 def _unstable(twin) -> bool:

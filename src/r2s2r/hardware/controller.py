@@ -16,7 +16,7 @@ import numpy as np
 
 from r2s2r.contract.types import CommandError
 from r2s2r.hardware.kernels import follow
-from r2s2r.hardware.motion import MotionLimiter
+from r2s2r.hardware.motion import MotionLimiter, braking_path
 from r2s2r.hardware.trajectory import TrajectorySampler
 from r2s2r.hardware.validation import (check_finite, check_length, check_within, order_by_names)
 from r2s2r.robots import RobotSpec
@@ -38,6 +38,8 @@ class CommandStats:
     accepted: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)
     watchdog_stops: int = 0
+    stopped_short: int = 0  # motions braked because going on would have brought the robot into contact
+    last_stop_short: str = ""
     last_error: str = ""
     last_error_time: float = float("nan")
     last_accepted_time: float = float("nan")  # robot time of the last command taken
@@ -48,13 +50,17 @@ class JointController:
     within the limits and holds (0 disables; trajectories are exempt: they carry their own timing).
     `velocity` / `acceleration` / `lower` / `upper`: what the motion limiter plans with and commands
     are checked against (default the robot's limits; the safety filter's, so that narrower limits
-    are planned for, not clipped after the fact)."""
+    are planned for, not clipped after the fact).
+    `guard`: the cell's collision model (sim.collision.CollisionGuard): targets and trajectory points
+    that would bring the robot into contact are refused, and a motion whose braking path would is
+    braked while it can still stop clear (a stop short, counted in `stats`)."""
 
     def __init__(self, robot: RobotSpec, position: np.ndarray, watchdog_s: float = 0.0,
                  velocity: np.ndarray | None = None, acceleration: np.ndarray | None = None,
-                 lower: np.ndarray | None = None, upper: np.ndarray | None = None):
+                 lower: np.ndarray | None = None, upper: np.ndarray | None = None, guard=None):
         self.robot = robot
         self.watchdog_s = watchdog_s
+        self.guard = guard
         limits = robot.limits
         # The range commands are checked against: the robot's, or the narrower one its backend takes.
         self.lower = limits.lower if lower is None else np.array(lower, dtype=float)
@@ -71,6 +77,8 @@ class JointController:
         self.gripper_targets = {g.name: (g.opening_range[1] if g.home_opening is None else g.home_opening)
                                 for g in robot.grippers}
         self.stats = CommandStats()
+        # The closest approach at the current setpoint: motion may not come closer than this.
+        self.clearance = guard.clearance(self.limiter.position, self._openings()) if guard else None
         self.latched = ""  # why commands are refused (a latched estop), empty while they are taken
         self._lock = threading.Lock()  # commands arrive on executor threads, updates on the loop
 
@@ -95,6 +103,7 @@ class JointController:
             check_length(label, values, g.joints)
             check_finite(label, values)
             check_within(label, values, self.lower[g.index], self.upper[g.index], g.joints)
+            self._check_clear(label, g, values[None, :])
         except CommandError as error:
             self._reject(kind, error, now)
             raise
@@ -126,6 +135,7 @@ class JointController:
             check_finite(f"{label} time_from_start", times)
             for i, row in enumerate(positions):
                 check_within(f"{label} point {i}", row, self.lower[g.index], self.upper[g.index], g.joints)
+            self._check_clear(label, g, positions)
             with self._lock:
                 current = self.limiter.position[g.index].copy()
                 current_velocity = self.limiter.velocity[g.index].copy()
@@ -161,8 +171,38 @@ class JointController:
             raise
         with self._lock:
             self.gripper_targets[gripper] = float(values[0])
+            self._measure_clearance()  # the fingers move: what the arm's motion is compared with
         self.stats.accepted[gripper] += 1
         self.stats.last_accepted_time = now
+
+    def _openings(self) -> np.ndarray:
+        return np.array([self.gripper_targets[g] for g in self.grippers])
+
+    def _measure_clearance(self) -> None:
+        if self.guard is not None:
+            self.clearance = self.guard.clearance(self.limiter.position, self._openings())
+
+    def gripper_targets_array(self) -> np.ndarray:
+        """The commanded gripper openings, for a caller that holds locked()."""
+        return self._openings()
+
+    def _check_clear(self, label: str, g: _Group, rows: np.ndarray) -> None:
+        """Refuse targets (rows of the group's joints, the other groups at their targets) that would
+        bring the robot into contact with the cell or itself."""
+        if self.guard is None:
+            return
+        with self._lock:
+            pose = np.empty_like(self.limiter.position)
+            for other in self.groups.values():
+                pose[other.index] = other.target
+            current = self.limiter.position.copy()
+            openings = self._openings()
+        for i, row in enumerate(rows):
+            pose[g.index] = row
+            where = label if len(rows) == 1 else f"{label} point {i}"
+            error = self.guard.target_error(where, pose, openings, current)
+            if error:
+                raise CommandError(error)
 
     def _group(self, group: str) -> _Group:
         if group not in self.groups:
@@ -182,15 +222,19 @@ class JointController:
                 g.trajectory = None
                 g.watched = False
                 g.target = self.limiter.position[g.index].copy()
+            self._measure_clearance()
 
     def brake(self) -> None:
         """Drop every command and stop as fast as the acceleration limits allow (estop, watchdog)."""
         with self._lock:
-            stop = self._stopping_point()
-            for g in self.groups.values():
-                g.trajectory = None
-                g.watched = False
-                g.target = stop[g.index]
+            self._brake()
+
+    def _brake(self) -> None:
+        stop = self._stopping_point()
+        for g in self.groups.values():
+            g.trajectory = None
+            g.watched = False
+            g.target = stop[g.index]
 
     def latch(self, reason: str) -> None:
         """Brake to a stop and refuse every command, saying `reason`, until unlatch() (estop)."""
@@ -224,7 +268,37 @@ class JointController:
                         g.trajectory = None
                 else:
                     target[g.index] = g.target
-            return self.limiter.step(target, dt, target_velocity).copy()
+            if self.guard is None:
+                return self.limiter.step(target, dt, target_velocity).copy()
+            before = self.limiter.position.copy(), self.limiter.velocity.copy()
+            self.limiter.step(target, dt, target_velocity)
+            if not self._path_clear():
+                # Going on would bring the robot into contact: brake from where it was, along the
+                # path the previous cycle found clear.
+                self.limiter.position[:], self.limiter.velocity[:] = before
+                self._brake()
+                zero = np.zeros_like(target)
+                for g in self.groups.values():
+                    target[g.index] = g.target
+                self.limiter.step(target, dt, zero)
+            return self.limiter.position.copy()
+
+    def _path_clear(self) -> bool:
+        """Whether the setpoint just planned, and braking from it, stay clear (no closer than the
+        current setpoint); updates the clearance on success, counts a stop short on failure."""
+        lim = self.limiter
+        if not lim.velocity.any():
+            poses = lim.position[None, :]
+        else:
+            poses = braking_path(lim.position, lim.velocity, lim.max_acceleration, self.lower, self.upper)
+        slow = bool(np.all(np.abs(lim.velocity) <= self.guard.slow_share * lim.max_velocity))
+        first, worst = self.guard.check_path(poses, self._openings(), slow)
+        if self.guard.blocks(worst, self.clearance):
+            self.stats.stopped_short += 1
+            self.stats.last_stop_short = f"going on would have put {worst.describe()}"
+            return False
+        self.clearance = self.guard.clearer(self.clearance, first)
+        return True
 
     def follow(self, safety) -> None:
         """Plan on from what the safety filter wrote where it changed the limiter's setpoint."""
@@ -260,6 +334,7 @@ class JointController:
                 if np.isfinite(value):
                     lo, hi = self.grippers[name].opening_range
                     self.gripper_targets[name] = float(np.clip(value, lo, hi))
+            self._measure_clearance()
 
     def gripper_openings(self) -> np.ndarray:
         with self._lock:

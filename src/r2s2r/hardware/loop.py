@@ -11,12 +11,20 @@ from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware.base import Hardware
 from r2s2r.hardware.controller import JointController
 from r2s2r.hardware.kernels import SAFETY_REASONS, track
+from r2s2r.hardware.motion import PATH_STEP_RAD, braking_path
 from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
+from r2s2r.sim.collision import DEFAULT_MARGIN_M, guard_for
+from r2s2r.sim.scene import Scene
 
 
 class ControlLoop:
+    """`cell`: the cell the collision check models (sim.collision), by default the twin's own scene
+    or, on a real arm, the robot on its default table; `collision_margin` (m): how close the robot
+    may come to the cell and to itself."""
+
     def __init__(self, hardware: Hardware, control_rate_hz: float | None = None,
-                 limits: SafetyLimits | None = None):
+                 limits: SafetyLimits | None = None, cell: Scene | None = None,
+                 collision_margin: float = DEFAULT_MARGIN_M):
         self.hardware = hardware
         self.robot = hardware.robot
         self.rate_hz = control_rate_hz or self.robot.control_rate_hz
@@ -29,9 +37,11 @@ class ControlLoop:
         self.limits = hardware.command_limits(limits or SafetyLimits.of(self.robot))
         self.last_sample: JointSample = hardware.read()
         position = self.last_sample.positions_of(self.robot.joint_names)
+        cell = cell or getattr(hardware, "scene", None) or Scene(robot=self.robot.name)
+        self.guard = guard_for(cell, collision_margin)
         self.controller = JointController(self.robot, position, watchdog_s=self.limits.watchdog_s,
                                           velocity=self.limits.velocity, acceleration=self.limits.acceleration,
-                                          lower=self.limits.lower, upper=self.limits.upper)
+                                          lower=self.limits.lower, upper=self.limits.upper, guard=self.guard)
         self.safety = SafetyFilter(self.limits, self.dt, position)
         if not self.simulated:  # the twin starts open at home; a real gripper stays as it is
             self.controller.hold_grippers(self.measured_openings())
@@ -93,16 +103,48 @@ class ControlLoop:
             for _ in range(n):
                 self.cycle()
             return
-        limiter, safety, lim = self.controller.limiter, self.safety, self.limits
+        limiter, safety = self.controller.limiter, self.safety
         setpoints = np.empty((n, target.size))
         counts = np.zeros(len(SAFETY_REASONS), dtype=np.int64)
         with self.controller.locked():
+            before = [a.copy() for a in (limiter.position, limiter.velocity, safety.position, safety.velocity,
+                                         safety.last_input)]
             track(n, target, self.dt, limiter.position, limiter.velocity, limiter.max_velocity,
                   limiter.max_acceleration, safety.position, safety.velocity, safety.last_input, *safety.bounds,
                   counts, setpoints)
+            if not self._span_clear(setpoints):
+                # The span would come too close to the cell: run it cycle by cycle, which stops short.
+                for state, saved in zip((limiter.position, limiter.velocity, safety.position, safety.velocity,
+                                         safety.last_input), before):
+                    state[:] = saved
+                counts = None
+        if counts is None:
+            for _ in range(n):
+                self.cycle()
+            return
         safety.add_counts(counts)
         self.hardware.advance_through(setpoints, self.controller.gripper_openings(), self.steps_per_cycle)
         self.cycles += n
+
+    def _span_clear(self, setpoints: np.ndarray) -> bool:
+        """Whether a span of setpoints (and braking from its last one) stays as clear as the
+        controller's current setpoint; on success the last one's clearance becomes the reference."""
+        controller = self.controller
+        if not setpoints.size or (not np.ptp(setpoints, axis=0).any() and not controller.limiter.velocity.any()):
+            return True
+        # Rows at most PATH_STEP_RAD apart on every joint, then the braking path from the last.
+        travelled = np.concatenate([[0.0], np.cumsum(np.abs(np.diff(setpoints, axis=0)).max(axis=1))])
+        picked = np.unique(np.searchsorted(travelled, np.arange(0.0, travelled[-1], PATH_STEP_RAD)))
+        lim = controller.limiter
+        tail = braking_path(lim.position, lim.velocity, lim.max_acceleration, controller.lower, controller.upper)
+        poses = np.vstack([tail[:1], setpoints[picked], tail])
+        speed = np.abs(np.diff(setpoints, axis=0)).max(axis=0, initial=0.0) / self.dt if len(setpoints) > 1 else 0.0
+        slow = bool(np.all(np.maximum(speed, np.abs(lim.velocity)) <= self.guard.slow_share * lim.max_velocity))
+        last, worst = self.guard.check_path(poses, controller.gripper_targets_array(), slow)
+        if self.guard.blocks(worst, controller.clearance):
+            return False
+        controller.clearance = self.guard.clearer(controller.clearance, last)
+        return True
 
     def cycles_until(self, time: float) -> int:
         """How many cycles from now until the hardware clock reaches `time`."""

@@ -5,6 +5,8 @@ never turns into a jump.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from r2s2r.hardware.kernels import limiter_step
@@ -13,6 +15,25 @@ from r2s2r.hardware.kernels import limiter_step
 def stopping_point(position, velocity, acceleration, lower, upper) -> np.ndarray:
     """Where braking at `acceleration` from (position, velocity) stops, within [lower, upper]."""
     return np.clip(position + velocity * np.abs(velocity) / (2 * acceleration), lower, upper)
+
+
+# Poses along a braking path lie at most this far apart on every joint (rad), at most this many.
+PATH_STEP_RAD = 0.03
+MAX_PATH_POSES = 8
+
+
+def braking_path(position, velocity, acceleration, lower, upper, step: float = PATH_STEP_RAD) -> np.ndarray:
+    """Poses along braking at `acceleration` from (position, velocity), per joint, from the start to
+    the stop, at most `step` apart on every joint (at most MAX_PATH_POSES rows)."""
+    position = np.asarray(position, dtype=float)
+    velocity = np.asarray(velocity, dtype=float)
+    stop_time = np.abs(velocity) / acceleration
+    horizon = float(stop_time.max()) if stop_time.size else 0.0
+    distance = velocity * velocity / (2 * acceleration)
+    n = int(min(MAX_PATH_POSES - 1, max(1, math.ceil(float(distance.max(initial=0.0)) / step))))
+    t = np.minimum(np.linspace(0.0, horizon, n + 1)[:, None], stop_time[None, :])
+    poses = position + velocity * t - np.sign(velocity) * acceleration * t * t / 2
+    return np.clip(poses, lower, upper)
 
 
 class MotionLimiter:

@@ -7,7 +7,9 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   robot            registered robot name (required)
   backend          sim | franka | xarm | flexiv | rby1 | aloha
   <backend>.<key>  the backend's connection settings (ip, serial number, port, ...)
-  scene            scene YAML for the twin (default: a table and no objects)
+  scene            scene YAML: the twin's, and on every backend the cell the collision check
+                   models (default: the robot on its table, no objects)
+  collision_margin_m  how close (m) the arm may come to the cell's fixed geometry and to itself
   seed             twin seed
   watchdog_s       streaming targets older than this: brake and hold (0 disables)
   velocity_scale   fraction of the datasheet velocity limits the safety filter allows
@@ -46,6 +48,7 @@ from r2s2r.hardware.safety import SafetyLimits
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.nodes.runtime import run
 from r2s2r.robots import get_robot
+from r2s2r.sim.collision import DEFAULT_MARGIN_M
 from r2s2r.sim.scene import Scene, load_scene
 
 # A trajectory stamped further ahead than this is almost surely on another clock (use_sim_time).
@@ -57,7 +60,7 @@ RECONNECT_BACKOFF_S = (0.1, 2.0)  # first retry, longest wait between retries
 DEFAULTS = {
     "robot": "", "backend": "sim", "scene": "", "seed": 0, "control_rate_hz": 0.0, "state_rate_hz": 0.0,
     "camera_rate_hz": 30.0, "cameras": [""], "publish_depth": False, "real_time_factor": 1.0,
-    "watchdog_s": 0.5, "velocity_scale": 1.0,
+    "watchdog_s": 0.5, "velocity_scale": 1.0, "collision_margin_m": DEFAULT_MARGIN_M,
 }
 
 
@@ -75,13 +78,18 @@ class DriverNode(Node):
             raise ValueError("parameter 'robot' is required: one of the registered robots")
         self.robot = get_robot(robot_name)  # UnknownRobotError lists the known robots
         self.backend = self._param("backend")
+        if scene is None:
+            scene_path = self._param("scene")
+            scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
+        if scene.robot != self.robot.name:
+            raise ValueError(f"scene {scene.source} is for robot {scene.robot!r}, but parameter 'robot' is "
+                             f"{self.robot.name!r}")
+        self.cell = scene  # what the collision check models, on every backend
+        self.collision_margin = self._param("collision_margin_m")
+        if not self.collision_margin > 0:
+            raise ValueError(f"parameter 'collision_margin_m' is {self.collision_margin}; expected a positive "
+                             "distance in metres")
         if self.backend == "sim":
-            if scene is None:
-                scene_path = self._param("scene")
-                scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
-            if scene.robot != self.robot.name:
-                raise ValueError(f"scene {scene.source} is for robot {scene.robot!r}, but parameter 'robot' is "
-                                 f"{self.robot.name!r}")
             self.hardware = SimHardware(scene, seed=self._param("seed"))
         else:
             if self.backend not in backend_names():
@@ -178,7 +186,8 @@ class DriverNode(Node):
         self.hardware.connect()
         self.hardware.activate()
         if self.loop is None:
-            self.loop = ControlLoop(self.hardware, self.control_rate, self.limits)
+            self.loop = ControlLoop(self.hardware, self.control_rate, self.limits, cell=self.cell,
+                                    collision_margin=self.collision_margin)
             if self._estopped:  # latched while the robot could not be reached
                 self.loop.estop()
         else:
@@ -453,6 +462,8 @@ class DriverNode(Node):
             level, message = convert.WARN, "disabled: holding position"
         elif stats is not None and stats.last_error:
             level, message = convert.WARN, f"last command rejected: {stats.last_error}"
+        elif stats is not None and stats.last_stop_short:
+            level, message = convert.WARN, f"last motion stopped short: {stats.last_stop_short}"
         values = {"robot": self.robot.name, **self.hardware.describe(),
                   "mode": "estop" if self._estopped else ("enabled" if self._enabled else "disabled"),
                   "estop_latched_at": f"{self._estop_time:.6f}" if self._estopped else "",
@@ -468,6 +479,7 @@ class DriverNode(Node):
             values.update({
                 "commands_accepted": sum(stats.accepted.values()), "commands_rejected": sum(stats.rejected.values()),
                 "last_rejection": stats.last_error, "watchdog_stops": stats.watchdog_stops,
+                "stopped_short": stats.stopped_short, "last_stop_short": stats.last_stop_short,
                 "last_command_at": f"{stats.last_accepted_time:.6f}",
                 "safety_interventions": sum(safety.values()),
                 "active_trajectories": ",".join(self.loop.controller.active_trajectories()),

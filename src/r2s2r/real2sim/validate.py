@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
+from r2s2r.contract.types import CommandError
 from r2s2r.hardware.base import Lifecycle
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
@@ -164,10 +165,14 @@ def _grasp_checks(scene, twin, loop, obj, v: Validation) -> None:
         while i < len(cmds) and cmds[i].time <= now + 1e-9:
             c = cmds[i]
             i += 1
-            if c.kind == "positions":
-                loop.controller.command_positions(c.target, c.values, twin.time)
-            else:
-                loop.controller.command_gripper(c.target, c.values, twin.time)
+            try:
+                if c.kind == "positions":
+                    loop.controller.command_positions(c.target, c.values, twin.time)
+                else:
+                    loop.controller.command_gripper(c.target, c.values, twin.time)
+            except CommandError as error:  # the collision check refused the way to the object
+                v.results.append(CheckResult("grasp", obj.name, False, f"the command path refused the grasp: {error}"))
+                return
         loop.cycle()
         if lifted_by is None and now >= lift_end - 0.5:
             lifted_by = float(twin.object_poses()[obj.name][0][2] - rest[2])

@@ -1,0 +1,286 @@
+"""The cell's collision model in the command path: which commanded poses, and which braking
+paths, would bring the robot into contact with the cell's fixed geometry or with itself.
+
+Every backend's control loop (hardware.loop.ControlLoop) asks it before it moves: a target or a
+trajectory point that lies within `margin` of the table, a fixture or a fixed object, or within
+SELF_MARGIN_M of another of the robot's own links, is refused, and a motion whose braking path
+would is stopped short, while the arm can still stop outside. Objects that move (free bodies, a
+door) are not obstacles: manipulating them is the task. For the same reason the fingers may
+touch, FINGER_DEPTH_M deep at most, and two hands may meet, HAND_DEPTH_M deep (a handover).
+
+The model is the scene's own MuJoCo model (the twin's, or for a real arm the cell the driver is
+given), checked with MuJoCo's collision pipeline and geom margins, so the guard and the twin agree
+on every shape. Robot link pairs that are always in contact (neighbours, links that overlap at
+every sampled pose) are left out, as MoveIt's setup assistant leaves them out of its matrix.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from r2s2r.robots import RobotSpec, get_robot
+from r2s2r.robots.model import home_qpos
+from r2s2r.sim.scene import Scene
+
+# How close (m) the robot's links may come to the cell's fixed geometry.
+DEFAULT_MARGIN_M = 0.01
+# How close one of the robot's links may come to another: a wrist's links are built close
+# together (the xArm7's link 5 and link 7 are within 10 mm of each other in 94 % of random poses,
+# within 2 mm in 12 %), and the guard is no finer than the collision shapes.
+SELF_MARGIN_M = 0.002
+# Two hands may meet this deep (in the model's shapes), slowly: ALOHA's handover puts one arm's
+# finger 11 mm into the other's wrist camera.
+HAND_DEPTH_M = 0.015
+# Fingers and hands touch only while every joint moves at this share of its speed limit or less
+# (ALOHA's: 0.31 rad/s, about 0.15 m/s at the hand); faster, they keep the margins, so a motion
+# toward a touch is slowed to this first (its braking path would enter a margin: it stops short).
+SLOW_SHARE = 0.1
+# An arm already in contact may go this much deeper on its way out (CollisionGuard.blocks).
+CONTACT_SLACK_M = 0.01
+# The fingers may touch the cell and the robot (they pick objects off the table: an expert's grasp
+# puts ALOHA's fingertips 2 mm above it, a smaller block lower; in a handover one arm's fingers
+# meet the other's wrist), pressed in no deeper than this.
+FINGER_DEPTH_M = 0.003
+# Link pairs in contact at home or in this share of random poses are never checked.
+_SAMPLED_POSES = 300
+_ALWAYS_SHARE = 0.95
+_CACHE_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Clearance:
+    """The closest approach of one check: `distance` in metres (inf: nothing within the margin)
+    between the robot body `robot_body` and `other` (a body of the cell or of the robot)."""
+
+    distance: float
+    robot_body: str = ""
+    other: str = ""
+
+    @property
+    def clear(self) -> bool:
+        return math.isinf(self.distance)
+
+    def describe(self) -> str:
+        if self.clear:
+            return "clear"
+        contact = (f"{-self.distance * 1000:.1f} mm into" if self.distance < 0 else
+                   f"within {self.distance * 1000:.1f} mm of")
+        return f"{self.robot_body} {contact} {self.other}"
+
+
+CLEAR = Clearance(math.inf)
+
+
+def _subtree(model: mujoco.MjModel, root: int) -> np.ndarray:
+    inside = np.zeros(model.nbody, dtype=bool)
+    for body in range(model.nbody):
+        b = body
+        while b > 0 and b != root:
+            b = model.body_parentid[b]
+        inside[body] = b == root
+    return inside
+
+
+class CollisionGuard:
+    """Clearance checks for one robot in one cell. Joint vectors are in `robot.joint_names`
+    order; gripper openings (m, one per gripper) place the fingers."""
+
+    def __init__(self, robot: RobotSpec, scene: Scene, margin: float = DEFAULT_MARGIN_M, seed: int = 0):
+        if not margin > 0:
+            raise ValueError(f"collision margin is {margin}; expected a positive distance in metres")
+        from r2s2r.sim.twin import build_scene_spec  # the twin builds on this module's users
+
+        self.robot = robot
+        self.margin = float(margin)
+        self.self_margin = min(SELF_MARGIN_M, self.margin)
+        self.slow_share = SLOW_SHARE
+        self.cell = scene.source  # named in refusals
+        self._lock = threading.Lock()  # one scratch MjData, shared by the loops of one cell
+        spec = build_scene_spec(scene, privileged_sensors=False)
+        m = spec.compile()
+        self.model, self.data = m, mujoco.MjData(m)
+        self._robot_body = _subtree(m, m.body(robot.base_link).id)
+        self._finger = np.zeros(m.nbody, dtype=bool)  # bodies moved by a finger joint
+        self._hands = []  # per gripper: its fingers and what is rigidly fixed to their base (a wrist camera)
+        for g in robot.grippers:
+            fingers = [m.jnt_bodyid[m.joint(name).id] for name in g.joints]
+            self._finger[fingers] = True
+            base = m.body_weldid[m.body_parentid[fingers[0]]]
+            self._hands.append(np.array(sorted(set(fingers) | set(np.flatnonzero(m.body_weldid == base)))))
+        adr = [int(m.joint(n).qposadr[0]) for n in robot.joint_names]
+        consecutive = adr == list(range(adr[0], adr[0] + len(adr)))
+        self._arm_qpos = slice(adr[0], adr[0] + len(adr)) if consecutive else np.array(adr)
+        self._fingers = [np.array([m.joint(n).qposadr[0] for n in g.joints], dtype=int) for g in robot.grippers]
+        self._base_qpos = home_qpos(robot, m)
+        self._configure(m)
+        # Robot body pairs (either order) the guard does not check; then a model that leaves them out
+        # of its collision pipeline, so that a clear pose finds no contact at all (the cheap case).
+        self._ignored = np.zeros((m.nbody, m.nbody), dtype=bool)
+        self._learn_ignored_pairs(np.random.default_rng(seed))
+        # MuJoCo leaves parent and child out unless the parent is welded to the world (a base link).
+        for child in np.flatnonzero(self._robot_body):
+            parent = m.body_parentid[child]
+            if self._robot_body[parent]:
+                self._ignored[parent, child] = self._ignored[child, parent] = True
+        for b1, b2 in np.argwhere(np.triu(self._ignored)):
+            spec.add_exclude(bodyname1=m.body(b1).name, bodyname2=m.body(b2).name)
+        self.model = spec.compile()
+        self.data = mujoco.MjData(self.model)
+        self._configure(self.model)
+
+    def _configure(self, m: mujoco.MjModel) -> None:
+        """Collide only the robot and what is welded to the world, each pair reported within the
+        larger of its geoms' margins: the robot's links SELF_MARGIN_M, the cell's `margin`."""
+        static = m.body_weldid == 0  # the table, fixtures' shells, fixed objects
+        robot = self._robot_body[m.geom_bodyid]
+        checked = robot | static[m.geom_bodyid]
+        m.geom_contype[:] = np.where(checked, 1, 0)
+        m.geom_conaffinity[:] = np.where(checked, 1, 0)
+        m.geom_margin[:] = np.where(robot, self.self_margin, np.where(checked, self.margin, 0.0))
+        m.geom_gap[:] = 0.0
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def _robot_pairs(self) -> set[tuple[int, int]]:
+        """Robot-robot body pairs within the self margin in the current data."""
+        pairs = set()
+        d = self.data
+        for (g1, g2), dist in zip(d.contact.geom[:d.ncon], d.contact.dist[:d.ncon]):
+            b1, b2 = self.model.geom_bodyid[g1], self.model.geom_bodyid[g2]
+            if self._robot_body[b1] and self._robot_body[b2] and dist < self.self_margin:
+                pairs.add((min(b1, b2), max(b1, b2)))
+        return pairs
+
+    def _learn_ignored_pairs(self, rng: np.random.Generator) -> None:
+        m, d = self.model, self.data
+        d.qpos[:] = self._base_qpos
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_collision(m, d)
+        at_home = self._robot_pairs()
+        lower, upper = self.robot.limits.lower, self.robot.limits.upper
+        counts: dict[tuple[int, int], int] = {}
+        for _ in range(_SAMPLED_POSES):
+            d.qpos[:] = self._base_qpos
+            d.qpos[self._arm_qpos] = rng.uniform(lower, upper)
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_collision(m, d)
+            for pair in self._robot_pairs():
+                counts[pair] = counts.get(pair, 0) + 1
+        always = {p for p, n in counts.items() if n >= _ALWAYS_SHARE * _SAMPLED_POSES}
+        for b1, b2 in at_home | always:
+            self._ignored[b1, b2] = self._ignored[b2, b1] = True
+        # Two hands meet around an object handed over (one's fingers close where the other's are).
+        self._hand_pair = np.zeros_like(self._ignored)
+        for i, a in enumerate(self._hands):
+            for b in self._hands[i + 1:]:
+                self._hand_pair[np.ix_(a, b)] = self._hand_pair[np.ix_(b, a)] = True
+
+    # -- checks ------------------------------------------------------------------------------------
+    def _place_fingers(self, openings) -> None:
+        if openings is not None:
+            for adr, opening in zip(self._fingers, openings):
+                if np.isfinite(opening):
+                    self.data.qpos[adr] = opening / len(adr)
+
+    def _closest(self, slow: bool) -> Clearance:
+        m, d = self.model, self.data
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_collision(m, d)
+        if d.ncon == 0:
+            return CLEAR
+        geoms = d.contact.geom[:d.ncon]
+        bodies = m.geom_bodyid[geoms]
+        dist = d.contact.dist[:d.ncon]
+        # MuJoCo keeps a pair a little beyond its margin; only what is within it counts.
+        own = self._robot_body[bodies[:, 0]] & self._robot_body[bodies[:, 1]]
+        allowed = np.where(own, self.self_margin, self.margin)
+        if slow:  # touching is for slow motion only: at speed, a finger or a hand keeps the margins
+            allowed = np.where(self._finger[bodies].any(axis=1), -FINGER_DEPTH_M, allowed)
+            allowed = np.where(self._hand_pair[bodies[:, 0], bodies[:, 1]], -HAND_DEPTH_M, allowed)
+        keep = ~self._ignored[bodies[:, 0], bodies[:, 1]] & (dist < allowed)
+        if not keep.any():
+            return CLEAR
+        k = np.flatnonzero(keep)[np.argmin(dist[keep])]
+        b1, b2 = bodies[k]
+        if not self._robot_body[b1]:
+            b1, b2 = b2, b1
+        name = m.body(b2).name
+        other = name if not self._robot_body[b2] else f"{name} (its own link)"
+        return Clearance(float(dist[k]), m.body(b1).name, other)
+
+    def clearance(self, joints, openings=None, slow: bool = True) -> Clearance:
+        """The closest approach at one pose (CLEAR when nothing is within the margins)."""
+        return self.check_path(np.asarray(joints, dtype=float)[None, :], openings, slow)[0]
+
+    def check_path(self, poses: np.ndarray, openings=None, slow: bool = True) -> tuple[Clearance, Clearance]:
+        """The closest approach at the first row of `poses` and over all of them. `slow`: the arm
+        moves at SLOW_SHARE of its speed limits or less, and the fingers and hands may touch."""
+        worst = first = CLEAR
+        qpos, arm = self.data.qpos, self._arm_qpos
+        with self._lock:
+            self._place_fingers(openings)
+            for k, row in enumerate(np.atleast_2d(poses)):
+                qpos[arm] = row
+                found = self._closest(slow)
+                if k == 0:
+                    first = found
+                if found.distance < worst.distance:
+                    worst = found
+        return first, worst
+
+    def blocks(self, found: Clearance, reference: Clearance) -> bool:
+        """Whether `found` is too close: within a margin and closer than `reference` (where the arm
+        already is), so an arm inside a margin can always move away or along, never closer. An arm
+        found already in contact (a measured pose, a model that is off) may move within
+        CONTACT_SLACK_M of its depth: a deep overlap's depth is no measure of the way out."""
+        slack = CONTACT_SLACK_M if reference.distance < 0 else 1e-6
+        return found.distance < reference.distance - slack
+
+    @staticmethod
+    def clearer(a: Clearance, b: Clearance) -> Clearance:
+        """The reference to keep after a move from `a` to `b`: the clearer of the two, so that slack
+        given in contact never adds up over cycles."""
+        return a if a.distance >= b.distance else b
+
+    def target_error(self, label: str, joints, openings, current) -> str:
+        """Why a target pose is refused ('' when it is not): it lies within the margin, closer
+        than the arm's current setpoint."""
+        found = self.clearance(joints, openings)
+        if found.clear or not self.blocks(found, self.clearance(current, openings)):
+            return ""
+        return (f"{label}: the target puts {found.describe()}; expected a pose at least "
+                f"{self.margin * 1000:.0f} mm clear of the cell ({self.cell}) and "
+                f"{self.self_margin * 1000:.0f} mm between the robot's own links (fingers may touch, "
+                f"{FINGER_DEPTH_M * 1000:.0f} mm deep at most)")
+
+
+_guards: OrderedDict = OrderedDict()
+
+
+def _static_key(scene: Scene) -> tuple:
+    """What of a scene the guard depends on: the robot and what is welded to the world."""
+    fixed = tuple(o for o in scene.objects if o.fixed)
+    return scene.robot, scene.table, fixed, scene.fixtures
+
+
+def guard_for(scene: Scene, margin: float = DEFAULT_MARGIN_M) -> CollisionGuard:
+    """The guard of a scene's fixed geometry, shared by scenes that differ only in what moves
+    (a perturbed object's pose or mass builds no new model)."""
+    key = (_static_key(scene), float(margin))
+    guard = _guards.get(key)
+    if guard is None:
+        guard = CollisionGuard(get_robot(scene.robot), scene, margin)
+        _guards[key] = guard
+        if len(_guards) > _CACHE_SIZE:
+            _guards.popitem(last=False)
+    else:
+        _guards.move_to_end(key)
+    return guard
+
+
+__all__ = ["CollisionGuard", "Clearance", "CLEAR", "DEFAULT_MARGIN_M", "SLOW_SHARE", "guard_for"]

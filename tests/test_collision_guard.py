@@ -1,0 +1,183 @@
+"""The collision check in the command path (sim.collision, JointController, ControlLoop), for every
+registered robot on its stack's table scene: targets that touch the cell or the robot itself are
+refused with the bodies named, a motion whose path crosses a fixture stops short of it without
+touching it, and a hostile stream of targets anywhere in the joint limits keeps the measured joint
+speeds and accelerations within the datasheet limits with no contact at all (issue 21, point 3).
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+from r2s2r.contract.types import CommandError
+from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.sim import SimHardware
+from r2s2r.robots import registry
+from r2s2r.sim.collision import DEFAULT_MARGIN_M, CollisionGuard
+from r2s2r.sim.scene import ObjectSpec, Scene, load_scene
+from tests.backend_helpers import hostile_round, send_to_controller
+from tests.test_twin_servos import SPEED_TOLERANCE
+
+ROBOTS = sorted(registry())
+SWEEP = 1.0  # rad, of the first joint in the stop-short test
+
+
+def stack_scene(name: str) -> Scene:
+    """The scene the robot's sim stack runs (config/scenes/<robot>_table.yaml)."""
+    return load_scene("config/scenes/franka_table.yaml" if name == "franka_fr3" else f"config/scenes/{name}_table.yaml")
+
+
+def robot_contacts(twin, robot, exclude_objects: bool = True) -> list[tuple[str, str, float]]:
+    """Contacts (bodies, depth) in the twin's physics between the robot and anything but a free object."""
+    m, d = twin.model, twin.data
+    base = m.body(robot.base_link).id
+    objects = {m.body(name).id for name in twin.object_names} if exclude_objects else set()
+
+    def on_robot(body):
+        while body > 0 and body != base:
+            body = m.body_parentid[body]
+        return body == base
+    found = []
+    for c in d.contact[:d.ncon]:
+        b1, b2 = m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]
+        if c.dist < 0 and (on_robot(b1) or on_robot(b2)) and not ({b1, b2} & objects):
+            found.append((m.body(b1).name, m.body(b2).name, float(c.dist)))
+    return found
+
+
+def table_pose(robot, guard, rng, index) -> np.ndarray:
+    """A pose within the joint limits that puts one of the robot's links on the table: the joints
+    `index` anywhere, the others at home."""
+    for _ in range(5000):
+        q = robot.home_positions.copy()
+        q[index] = rng.uniform(robot.limits.lower[index], robot.limits.upper[index])
+        found = guard.clearance(q)
+        if found.other == "table" and found.distance < 0:
+            return q
+    raise AssertionError(f"{robot.name}: no pose in 5000 touches the table")
+
+
+@pytest.mark.parametrize("name", ROBOTS)
+def test_targets_that_touch_the_cell_or_the_robot_are_refused_and_change_nothing(name):
+    robot = registry()[name]
+    hw = SimHardware(stack_scene(name))
+    hw.connect()
+    loop = ControlLoop(hw)
+    controller = loop.controller
+    group = next(g for g in robot.groups if g.tcp is not None)
+    index = [robot.joint_names.index(j) for j in group.joints]
+    on_table = table_pose(robot, loop.guard, np.random.default_rng(3), index)
+    before = controller.groups[group.name].target.copy()
+    rejected = sum(controller.stats.rejected.values())
+    with pytest.raises(CommandError) as error:
+        controller.command_positions(group.name, on_table[index], hw.now)
+    message = str(error.value)
+    assert "mm into table" in message and f"{DEFAULT_MARGIN_M * 1000:.0f} mm clear" in message, message
+    assert np.array_equal(controller.groups[group.name].target, before)
+    assert sum(controller.stats.rejected.values()) == rejected + 1
+    # The same pose as the second point of a trajectory: refused, the point named.
+    here = controller.limiter.position[index]
+    with pytest.raises(CommandError, match="point 1: the target puts"):
+        controller.command_trajectory(group.name, group.joints, 0.0, [1.0, 2.0], [here, on_table[index]], None, None,
+                                      hw.now)
+    # Home is clear: taken.
+    controller.command_positions(group.name, robot.home_positions[index], hw.now)
+
+
+def sweep_with_a_wall(robot):
+    """(scene, group, start, target): sweeping the first joint of the first group with a tool
+    point by SWEEP rad from home, with a fixed 4 cm box where the tool point is halfway."""
+    group = next(g for g in robot.groups if g.tcp is not None)
+    joint = robot.joint_names.index(group.joints[0])
+    start = robot.home_positions.copy()
+    plain = CollisionGuard(robot, stack_scene(robot.name))
+    for sign in (1.0, -1.0):  # the direction whose end is clear of the table and the robot
+        target = start.copy()
+        target[joint] += sign * SWEEP
+        if robot.limits.lower[joint] <= target[joint] <= robot.limits.upper[joint] and plain.clearance(target).clear:
+            break
+    probe = SimHardware(stack_scene(robot.name))
+    probe.connect()
+    m, d = probe.twin.model, probe.twin.data
+    d.qpos[probe.twin._arm_qpos] = (start + target) / 2
+    mujoco.mj_kinematics(m, d)
+    wall_at = d.site(f"{group.name}_tcp").xpos.copy()
+    wall = ObjectSpec(name="wall", shape="box", size=(0.04, 0.04, 0.04), pos=tuple(wall_at), fixed=True,
+                      rgba=(0.2, 0.7, 0.2, 1.0))
+    scene = stack_scene(robot.name)
+    return scene.with_objects(scene.objects + (wall,)), group, start, target
+
+
+@pytest.mark.parametrize("name", ROBOTS)
+def test_a_motion_through_a_fixture_stops_short_of_it_and_can_back_away(name):
+    robot = registry()[name]
+    scene, group, start, target = sweep_with_a_wall(robot)
+    guard = CollisionGuard(robot, scene)
+    assert guard.clearance(start).clear and guard.clearance(target).clear, "the sweep's ends must be clear"
+    hw = SimHardware(scene)
+    hw.connect()
+    loop = ControlLoop(hw)
+    index = [robot.joint_names.index(j) for j in group.joints]
+    loop.controller.command_positions(group.name, target[index], hw.now)
+    touching, setpoints = [], []
+    for _ in range(int(round(4.0 / loop.dt))):
+        loop.cycle()
+        touching += [c for c in robot_contacts(hw.twin, robot) if "wall" in c[:2]]
+        setpoints.append(loop.controller.limiter.position.copy())
+    assert not touching, f"{name}: the arm touched the wall: {touching[:3]}"
+    stats = loop.controller.stats
+    assert stats.stopped_short >= 1 and "wall" in stats.last_stop_short, stats
+    joint = index[0]
+    travelled = (setpoints[-1][joint] - start[joint]) / (target[joint] - start[joint])
+    assert 0.05 < travelled < 0.5, f"{name}: stopped at {travelled:.2f} of the sweep, expected short of the wall"
+    assert np.array_equal(setpoints[-1], setpoints[-int(0.5 / loop.dt)]), "the setpoints rest where the motion stopped"
+    # Away from the wall is always allowed.
+    loop.controller.command_positions(group.name, start[index], hw.now)
+    loop.run_until(hw.now + 3.0)
+    assert np.allclose(loop.controller.limiter.position[index], start[index], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ROBOTS)
+def test_hostile_targets_anywhere_in_the_limits_touch_nothing_and_keep_the_limits(name):
+    """The issue's scenario in-process: the robot's stack scene (its table and objects), valid
+    targets anywhere in the joint limits among invalid ones for 2.5 s, then silence. Measured from the joint
+    samples at the state rate: no contact of the robot with the cell or itself, speeds within the
+    servo tolerance of the datasheet, accelerations within the spec."""
+    robot = registry()[name]
+    hw = SimHardware(stack_scene(name))
+    hw.connect()
+    loop = ControlLoop(hw)
+    rng = np.random.default_rng(ROBOTS.index(name))
+    every = max(1, int(round(loop.rate_hz / robot.state_rate_hz)))
+    per_round = max(1, int(round(0.01 / loop.dt)))  # a round of commands every 10 ms
+    stamps, positions, velocities, touching = [], [], [], []
+    taken = 0
+    # At rest after the watchdog (0.5 s), the slowest joint's stopping time and the servos' settling (0.5 s).
+    rest_at = 2.5 + 0.5 + float(np.max(loop.limits.velocity / loop.limits.acceleration)) + 0.5
+    while hw.now < rest_at + 0.3:
+        if hw.now < 2.5 and loop.cycles % per_round == 0:  # trajectories in the first half: it ends streaming
+            commands = hostile_round(robot, rng, trajectories=hw.now < 1.25)
+            taken += sum(send_to_controller(loop.controller, c, hw.now) is None for c in commands)
+        loop.cycle()
+        if loop.cycles % every == 0:
+            sample = hw.read()
+            stamps.append(sample.stamp)
+            n = len(robot.joint_names)  # a sample holds the arm joints first, in robot order
+            positions.append(sample.position[:n])
+            velocities.append(sample.velocity[:n])
+            touching += robot_contacts(hw.twin, robot)
+    stamps, positions, velocities = np.array(stamps), np.array(positions), np.array(velocities)
+    limits = robot.limits
+    speed = np.abs(np.diff(positions, axis=0) / np.diff(stamps)[:, None]).max(axis=0) / limits.velocity
+    reported = np.abs(velocities).max(axis=0) / limits.velocity
+    acceleration = np.abs(np.diff(velocities, axis=0) / np.diff(stamps)[:, None]).max(axis=0) / limits.acceleration
+    report = (f"{name}: {taken} commands taken, {loop.controller.stats.stopped_short} stops short; speed "
+              f"{speed.max():.3f} / {reported.max():.3f} (reported), acceleration {acceleration.max():.3f} of the limits")
+    print(report)
+    assert taken > 20, report
+    assert not touching, f"{report}; contacts: {sorted(set(touching))[:5]}"
+    assert np.all(speed <= 1 + SPEED_TOLERANCE) and np.all(reported <= 1 + SPEED_TOLERANCE), report
+    assert np.all(acceleration <= 1.0), report
+    assert np.ptp(positions[stamps > rest_at], axis=0).max() < 1e-4, f"{report}: not at rest after the silence"
