@@ -179,3 +179,37 @@ def test_the_eval_command_ranks_several_policies_on_the_same_trials(task_file, t
     assert main(["eval", "--task", task_file, "--policy", "scripted:nonexistent", "--trials", "1",
                  "--out", str(out)]) == 2
     assert "unknown scripted policy 'nonexistent'" in capsys.readouterr().err
+
+
+def test_a_policy_that_fails_to_act_is_a_recorded_outcome_and_the_campaign_goes_on(task_file, tmp_path):
+    """An action outside the limits is refused (the driver's validation) and the arm holds; a policy
+    that raises holds it too. Each trial ends with a failure stage that says so, the message and
+    the time, in the store; the campaign runs every trial. (Holding fails this variant: too_near.)"""
+    values = {"block_x": -0.1, "block_y": 0.03}
+    planned = [Planned(i, TrialSpec.of(policy, task_file, values, seed=1))
+               for i, policy in enumerate( ("scripted:tests.failing_policies:overshoot", "scripted:tests.failing_policies:raises",
+                              HOLD))]
+    with TrialStore(tmp_path / "store.sqlite") as store:
+        results = run_trials(planned, store, "c", workers=1, progress=False)
+        stored = {r.policy: r for r in store.results()}
+    assert len(results) == len(stored) == 3
+    overshoot, raises, hold = (stored[p.spec.policy] for p in planned)
+    assert overshoot.stage == "invalid_action" and not overshoot.success
+    assert "outside the joint limits" in overshoot.detail and "(at 0." in overshoot.detail, overshoot.detail
+    assert overshoot.metrics["commands_rejected"] > 0
+    assert raises.stage == "policy_error" and "the test policy's network failed" in raises.detail, raises.detail
+    assert hold.detail == "" and hold.stage == "too_near"
+
+
+def test_a_store_from_before_the_detail_column_opens_and_gains_it(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(str(path))
+    db.executescript("CREATE TABLE trials (id TEXT PRIMARY KEY, policy TEXT NOT NULL, task TEXT NOT NULL, "
+                     "seed INTEGER NOT NULL, control_rate_hz REAL, perturbation TEXT NOT NULL, success INTEGER NOT NULL,"
+                     " margin REAL NOT NULL, stage TEXT NOT NULL, sim_time_s REAL NOT NULL, wall_s REAL NOT NULL, "
+                     "metrics TEXT NOT NULL, finished REAL NOT NULL);"
+                     "INSERT INTO trials VALUES ('t1', 'p', 'k', 1, NULL, '{}', 0, -0.1, 'too_near', 0.2, 0.1, '{}', 0);")
+    db.close()
+    with TrialStore(path) as store:
+        (old,) = store.results()
+        assert (old.id, old.stage, old.detail) == ("t1", "too_near", "")

@@ -107,6 +107,9 @@ class TrialResult:
     sim_time_s: float  # simulated duration of the trial
     wall_s: float  # how long it took to run (the only field that differs between runs)
     metrics: dict[str, float] = field(default_factory=dict)
+    # Why the policy failed to act, when it did (a refused command, an exception, a missed
+    # deadline): the first such message and the robot time, seconds into the trial.
+    detail: str = ""
 
     @property
     def spec(self) -> TrialSpec:
@@ -116,7 +119,7 @@ class TrialResult:
         """Everything but the wall time: equal for every run of the same trial."""
         return (self.id, self.policy, self.task, self.seed, self.control_rate_hz,
                 tuple(sorted(self.perturbation.items())), self.success, self.margin, self.stage, self.sim_time_s,
-                tuple(sorted(self.metrics.items())))
+                tuple(sorted(self.metrics.items())), self.detail)
 
 
 class TrialError(RuntimeError):
@@ -246,13 +249,16 @@ class TrialWorker:
         observer.start(twin, loop, task)
         timed_out = True
         tick = 0
+        failed_to_act = FailureToAct()
         while twin.time < limit - 1e-9:
             now = twin.time
             joints, grippers = layout.split(loop.sample())
             observation = Observation(now, joints, grippers, objects=task.object_poses(twin))
             command = runtime.step(now, observation)
+            failed_to_act.note_runtime(runtime.stats, now - start)
             if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
-                send_command(controller, command, now)
+                for error in send_command(controller, command, now):
+                    failed_to_act.note(INVALID_ACTION, error, now - start)
             tick += 1
             until = start + tick * period
             loop.run_until(until)  # every cycle of the tick in one go
@@ -264,29 +270,61 @@ class TrialWorker:
         outcome = task.outcome(twin, timed_out)
         if _unstable(twin):  # MuJoCo reset the state: what the task sees now is not this trial's
             outcome = Outcome(False, 0.0, UNSTABLE, {"unstable_at_tick": float(tick)})
+        if not outcome.success and failed_to_act.stage:  # the failure to act is why, not the stage it ended in
+            outcome = Outcome(False, outcome.margin, failed_to_act.stage, outcome.metrics)
         observer.end(twin, outcome)
         metrics = {str(k): float(v) for k, v in outcome.metrics.items()}
         metrics["commands_rejected"] = float(sum(controller.stats.rejected.values()))
         return TrialResult(id=spec.id, policy=spec.policy, task=spec.task, seed=spec.seed,
                            control_rate_hz=spec.control_rate_hz, perturbation=values, success=bool(outcome.success),
                            margin=float(outcome.margin), stage=str(outcome.stage), sim_time_s=twin.time - start,
-                           wall_s=time.perf_counter() - wall0, metrics=metrics)
+                           wall_s=time.perf_counter() - wall0, metrics=metrics, detail=failed_to_act.detail)
 
 
-def send_command(controller, command, now: float) -> None:
+# Failure stages of a policy that failed to act (eval.tasks' stages say how a task failed).
+INVALID_ACTION, POLICY_ERROR, DEADLINE = "invalid_action", "policy_error", "deadline"
+
+
+@dataclass
+class FailureToAct:
+    """The first way a trial's policy failed to act: a command the controller refused (the
+    driver's validation and collision check), an exception, a missed deadline."""
+
+    stage: str = ""
+    detail: str = ""
+    _errors: int = 0
+    _misses: int = 0
+
+    def note(self, stage: str, message: str, t: float) -> None:
+        if not self.stage:
+            self.stage, self.detail = stage, f"{message} (at {t:.3f} s)"
+
+    def note_runtime(self, stats, t: float) -> None:
+        """What PolicyRuntime counted since the last call: it holds the arm on an error or a miss."""
+        if stats.errors > self._errors:
+            self.note(POLICY_ERROR, stats.last_error or "the policy raised", t)
+        if stats.deadline_misses > self._misses:
+            self.note(DEADLINE, "the policy missed its inference deadline", t)
+        self._errors, self._misses = stats.errors, stats.deadline_misses
+
+
+def send_command(controller, command, now: float) -> list[str]:
     """A policy's Command into the driver's JointController, as driver_node's topics deliver it:
-    each group's targets, each gripper's opening. A command the controller refuses (a limit, the
-    collision check) is dropped and counted in its stats, and the arm holds, as on the driver."""
+    each group's targets, each gripper's opening. A command the controller refuses (a limit, NaN,
+    a wrong shape, the collision check) is dropped and the arm holds, as on the driver; returns
+    the refusals' messages."""
+    errors = []
     for group, target in command.joints.items():
         try:
             controller.command_positions(group, target, now=now)
-        except CommandError:
-            pass  # counted in controller.stats.rejected, with its message
+        except CommandError as error:
+            errors.append(str(error))
     for gripper, opening in command.grippers.items():
         try:
             controller.command_gripper(gripper, [opening], now=now)
-        except CommandError:
-            pass
+        except CommandError as error:
+            errors.append(str(error))
+    return errors
 
 
 def _unstable(twin) -> bool:
@@ -517,4 +555,4 @@ def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[st
 
 
 __all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "TrialError", "Planned", "TrialPool",
-           "JobContext", "send_command", "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]
+           "JobContext", "send_command", "FailureToAct", "INVALID_ACTION", "POLICY_ERROR", "DEADLINE", "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]

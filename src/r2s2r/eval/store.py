@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS trials (
     sim_time_s REAL NOT NULL,
     wall_s REAL NOT NULL,
     metrics TEXT NOT NULL,
-    finished REAL NOT NULL
+    finished REAL NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS campaigns (
     name TEXT PRIMARY KEY,
@@ -54,7 +55,7 @@ CREATE INDEX IF NOT EXISTS members_trial ON members(trial);
 """
 
 _COLUMNS = ("id", "policy", "task", "seed", "control_rate_hz", "perturbation", "success", "margin", "stage",
-            "sim_time_s", "wall_s", "metrics")
+            "sim_time_s", "wall_s", "metrics", "detail")
 
 
 class StoreError(RuntimeError):
@@ -65,7 +66,8 @@ def _row_to_result(row: sqlite3.Row) -> TrialResult:
     return TrialResult(id=row["id"], policy=row["policy"], task=row["task"], seed=row["seed"],
                        control_rate_hz=row["control_rate_hz"], perturbation=json.loads(row["perturbation"]),
                        success=bool(row["success"]), margin=row["margin"], stage=row["stage"],
-                       sim_time_s=row["sim_time_s"], wall_s=row["wall_s"], metrics=json.loads(row["metrics"]))
+                       sim_time_s=row["sim_time_s"], wall_s=row["wall_s"], metrics=json.loads(row["metrics"]),
+                       detail=row["detail"])
 
 
 class TrialStore:
@@ -78,6 +80,9 @@ class TrialStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed trial survives a killed process
         self.db.executescript(SCHEMA)
+        # Stores written before trials recorded why a policy failed to act gain the column, empty.
+        if "detail" not in {row["name"] for row in self.db.execute("PRAGMA table_info(trials)")}:
+            self.db.execute("ALTER TABLE trials ADD COLUMN detail TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         self.db.close()
@@ -117,7 +122,7 @@ class TrialStore:
         r = result
         values = (r.id, r.policy, r.task, r.seed, r.control_rate_hz, json.dumps(r.perturbation, sort_keys=True),
                   int(r.success), r.margin, r.stage, r.sim_time_s, r.wall_s, json.dumps(r.metrics, sort_keys=True),
-                  time.time())
+                  r.detail, time.time())
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             self.db.execute(f"INSERT OR IGNORE INTO trials ({', '.join(_COLUMNS)}, finished) "
