@@ -213,3 +213,18 @@ def test_a_store_from_before_the_detail_column_opens_and_gains_it(tmp_path):
     with TrialStore(path) as store:
         (old,) = store.results()
         assert (old.id, old.stage, old.detail) == ("t1", "too_near", "")
+
+
+def test_campaign_sizes_beyond_a_million_are_refused_and_search_help_shows_defaults(capsys):
+    from r2s2r.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "--task", "franka_block_in_bowl", "--policy", HOLD, "--budget", "2000000"])
+    assert exit_.value.code == 2
+    assert "argument --budget: 2000000 is not in [1, 1000000]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "--task", "franka_block_in_bowl", "--policy", HOLD, "--trials", "0"])
+    assert "argument --trials: 0 is not in [1, 1000000]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: uniform)" in text and "(default: 4)" in text and "(default: scene)" in text

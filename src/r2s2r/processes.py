@@ -5,10 +5,11 @@ stack runner and the nodes both use it."""
 from __future__ import annotations
 
 import ctypes
-import faulthandler
 import os
 import signal
 import sys
+import threading
+import traceback
 
 # prctl(2) option: the signal this process gets when the thread that started it exits.
 _PR_SET_PDEATHSIG = 1
@@ -39,11 +40,30 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def _print_stacks() -> None:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    lines = []
+    for ident, top in sys._current_frames().items():
+        lines.append(f"Thread 0x{ident:016x} ({names.get(ident, '?')}) (most recent call first):")
+        lines += [f'  File "{f.filename}", line {f.lineno} in {f.name}' for f in reversed(traceback.extract_stack(top))]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
 def dump_stacks_on(sig: int = getattr(signal, "SIGUSR1", 0)) -> None:
     """`kill -USR1 <pid>` prints every thread's Python stack to stderr: a node or a runner
-    that will not stop says where it is stuck."""
-    if sig:
-        faulthandler.register(sig, all_threads=True)
+    that will not stop says where it is stuck. Call it before any thread starts: the signal is
+    blocked in every thread and taken by one of its own, which prints under the GIL, whatever
+    the main thread is blocked in. (faulthandler's dump reads the other threads' frames while
+    they run: it crashed a driver whose control thread was busy, SIGSEGV mid-dump.)"""
+    if not sig:
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {sig})  # inherited by every thread started after this
+
+    def watch() -> None:
+        while True:
+            signal.sigwait({sig})
+            _print_stacks()
+    threading.Thread(target=watch, name="stack-dump", daemon=True).start()
 
 
 __all__ = ["exit_with_parent", "signal_group", "dump_stacks_on"]

@@ -35,9 +35,36 @@ def _sampler_options(texts: list[str] | None) -> dict:
     return options
 
 
+# Trials a campaign may ask for: more is a typo (a million trials of a 5 s task is weeks of CPU).
+MAX_TRIALS = 10**6
+
+
+def _count(minimum: int, maximum: int = MAX_TRIALS):
+    """An argparse type: a whole number in [minimum, maximum], refused in one line otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{value} is not in [{minimum}, {maximum}]")
+        return value
+    return parse
+
+
+class _ShowDefaults(argparse.HelpFormatter):
+    """Help that shows each option's default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or action.required:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="a task name (config/tasks) or task YAML")
-    p.add_argument("--workers", type=int, default=1, help="parallel trials (processes, or Ray actors)")
+    p.add_argument("--workers", type=_count(1, 1024), default=1, help="parallel trials (processes, or Ray actors)")
     p.add_argument("--backend", choices=("process", "ray"), default="process", help="local process pool or Ray")
     p.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray)")
     p.add_argument("--seed", type=int, default=0, help="campaign seed: trial i's perturbation and seed come from it")
@@ -169,31 +196,34 @@ def guarded(handler):
 
 def add_eval_parsers(sub) -> None:
     """Register `eval` and `search` on the r2s2r command's subparsers."""
-    ev = sub.add_parser("eval", help="evaluate policies on a task's perturbations (resumable)")
+    ev = sub.add_parser("eval", help="evaluate policies on a task's perturbations (resumable)",
+                        formatter_class=_ShowDefaults)
     _common(ev)
     ev.add_argument("--policy", required=True, action="append",
                     help="policy URI or config; repeat to rank several checkpoints on the same trials")
-    ev.add_argument("--trials", type=int, required=True, help="trials per policy")
+    ev.add_argument("--trials", type=_count(1), required=True, help=f"trials per policy (at most {MAX_TRIALS})")
     ev.add_argument("--nominal", action="store_true", help="no perturbation: only the seeds differ")
     ev.add_argument("--through-graph", type=int, default=0, metavar="K",
                     help="also run the first K trials through driver_node + policy_node over DDS and compare")
     ev.add_argument("--real-time-factor", type=float, default=1.0, help="pace of the twin for --through-graph")
     ev.set_defaults(func=guarded(_eval))
 
-    se = sub.add_parser("search", help="search a task's perturbation space for the policy's failures")
+    se = sub.add_parser("search", help="search a task's perturbation space for the policy's failures",
+                        formatter_class=_ShowDefaults)
     _common(se)
     from r2s2r.search.samplers import DEFAULT_BATCH, SAMPLERS
     se.add_argument("--policy", required=True, help="policy URI or config")
-    se.add_argument("--budget", type=int, required=True, help="trials the sampler proposes")
-    se.add_argument("--sampler", choices=SAMPLERS, default="uniform")
-    se.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+    se.add_argument("--budget", type=_count(1), required=True,
+                    help=f"trials the sampler proposes (at most {MAX_TRIALS})")
+    se.add_argument("--sampler", choices=SAMPLERS, default="uniform", help="how the trials are proposed")
+    se.add_argument("--batch", type=_count(1), default=DEFAULT_BATCH,
                     help="trials per sampler round (results do not depend on --workers)")
     se.add_argument("--sampler-option", action="append", metavar="KEY=VALUE",
                     help="a sampler's option (repeatable), e.g. explore_beta=1 for CEM's uniform exploration; "
                          "see docs/evaluation.md")
     se.add_argument("--envelope", default=None,
                     help="search within one of the space's named envelopes (narrower ranges), e.g. operating")
-    se.add_argument("--refine-steps", type=int, default=4,
+    se.add_argument("--refine-steps", type=_count(0, 64), default=4,
                     help="bisection steps per failure cluster after the budget (extra trials)")
     se.set_defaults(func=guarded(_search))
 
