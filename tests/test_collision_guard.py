@@ -15,6 +15,7 @@ from r2s2r.contract.types import CommandError
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.robots import registry
+from r2s2r.robots.model import subtree
 from r2s2r.sim.collision import DEFAULT_MARGIN_M, CollisionGuard
 from r2s2r.sim.scene import ObjectSpec, Scene, load_scene
 from tests.backend_helpers import hostile_round, send_to_controller
@@ -32,17 +33,12 @@ def stack_scene(name: str) -> Scene:
 def robot_contacts(twin, robot, exclude_objects: bool = True) -> list[tuple[str, str, float]]:
     """Contacts (bodies, depth) in the twin's physics between the robot and anything but a free object."""
     m, d = twin.model, twin.data
-    base = m.body(robot.base_link).id
+    on_robot = subtree(m, [m.body(robot.base_link).id])
     objects = {m.body(name).id for name in twin.object_names} if exclude_objects else set()
-
-    def on_robot(body):
-        while body > 0 and body != base:
-            body = m.body_parentid[body]
-        return body == base
     found = []
     for c in d.contact[:d.ncon]:
         b1, b2 = m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]
-        if c.dist < 0 and (on_robot(b1) or on_robot(b2)) and not ({b1, b2} & objects):
+        if c.dist < 0 and (on_robot[b1] or on_robot[b2]) and not ({b1, b2} & objects):
             found.append((m.body(b1).name, m.body(b2).name, float(c.dist)))
     return found
 

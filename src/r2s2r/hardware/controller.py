@@ -78,7 +78,8 @@ class JointController:
                                 for g in robot.grippers}
         self.stats = CommandStats()
         # The closest approach at the current setpoint: motion may not come closer than this.
-        self.clearance = guard.clearance(self.limiter.position, self._openings()) if guard else None
+        self.clearance = None
+        self._measure_clearance()
         self.latched = ""  # why commands are refused (a latched estop), empty while they are taken
         self._lock = threading.Lock()  # commands arrive on executor threads, updates on the loop
 
@@ -182,10 +183,6 @@ class JointController:
         if self.guard is not None:
             self.clearance = self.guard.clearance(self.limiter.position, self._openings())
 
-    def gripper_targets_array(self) -> np.ndarray:
-        """The commanded gripper openings, for a caller that holds locked()."""
-        return self._openings()
-
     def _check_clear(self, label: str, g: _Group, rows: np.ndarray) -> None:
         """Refuse targets (rows of the group's joints, the other groups at their targets) that would
         bring the robot into contact with the cell or itself."""
@@ -195,12 +192,11 @@ class JointController:
             pose = np.empty_like(self.limiter.position)
             for other in self.groups.values():
                 pose[other.index] = other.target
-            current = self.limiter.position.copy()
-            openings = self._openings()
+            openings, reference = self._openings(), self.clearance
         for i, row in enumerate(rows):
             pose[g.index] = row
             where = label if len(rows) == 1 else f"{label} point {i}"
-            error = self.guard.target_error(where, pose, openings, current)
+            error = self.guard.target_error(where, pose, openings, reference)
             if error:
                 raise CommandError(error)
 
@@ -284,21 +280,31 @@ class JointController:
             return self.limiter.position.copy()
 
     def _path_clear(self) -> bool:
-        """Whether the setpoint just planned, and braking from it, stay clear (no closer than the
-        current setpoint); updates the clearance on success, counts a stop short on failure."""
+        """Whether the setpoint just planned, and braking from it, stay clear; counts a stop short
+        when they do not."""
         lim = self.limiter
-        if not lim.velocity.any():
-            poses = lim.position[None, :]
-        else:
-            poses = braking_path(lim.position, lim.velocity, lim.max_acceleration, self.lower, self.upper)
-        slow = bool(np.all(np.abs(lim.velocity) <= self.guard.slow_share * lim.max_velocity))
-        first, worst = self.guard.check_path(poses, self._openings(), slow)
-        if self.guard.blocks(worst, self.clearance):
+        blocked = self.motion_blocked(np.empty((0, lim.position.size)), np.abs(lim.velocity))
+        if blocked is not None:
             self.stats.stopped_short += 1
-            self.stats.last_stop_short = f"going on would have put {worst.describe()}"
+            self.stats.last_stop_short = f"going on would have put {blocked.describe()}"
             return False
-        self.clearance = self.guard.clearer(self.clearance, first)
         return True
+
+    def motion_blocked(self, through: np.ndarray, speed: np.ndarray):
+        """What stops a motion that went through `through` (rows, robot joint order) at up to `speed`
+        per joint to the limiter's setpoint, and brakes from there, or None when it may go on: then
+        the clearance the arm is held to moves on to the setpoint. Call with locked() held."""
+        lim = self.limiter
+        if lim.velocity.any():
+            brake = braking_path(lim.position, lim.velocity, lim.max_acceleration, self.lower, self.upper)
+        else:
+            brake = lim.position[None, :]
+        poses = np.vstack([brake[:1], through, brake[1:]])  # the setpoint first: its clearance is kept
+        last, worst = self.guard.check_path(poses, self._openings(), self.guard.slow(speed, lim.max_velocity))
+        if self.guard.blocks(worst, self.clearance):
+            return worst
+        self.clearance = self.guard.clearer(self.clearance, last)
+        return None
 
     def follow(self, safety) -> None:
         """Plan on from what the safety filter wrote where it changed the limiter's setpoint."""

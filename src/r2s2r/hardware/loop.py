@@ -11,7 +11,7 @@ from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware.base import Hardware
 from r2s2r.hardware.controller import JointController
 from r2s2r.hardware.kernels import SAFETY_REASONS, track
-from r2s2r.hardware.motion import PATH_STEP_RAD, braking_path
+from r2s2r.hardware.motion import PATH_STEP_RAD
 from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
 from r2s2r.sim.collision import DEFAULT_MARGIN_M, guard_for
 from r2s2r.sim.scene import Scene
@@ -127,24 +127,16 @@ class ControlLoop:
         self.cycles += n
 
     def _span_clear(self, setpoints: np.ndarray) -> bool:
-        """Whether a span of setpoints (and braking from its last one) stays as clear as the
-        controller's current setpoint; on success the last one's clearance becomes the reference."""
+        """Whether a span of setpoints, and braking from its last one, stays clear
+        (JointController.motion_blocked, on rows at most PATH_STEP_RAD apart on every joint)."""
         controller = self.controller
         if not setpoints.size or (not np.ptp(setpoints, axis=0).any() and not controller.limiter.velocity.any()):
             return True
-        # Rows at most PATH_STEP_RAD apart on every joint, then the braking path from the last.
-        travelled = np.concatenate([[0.0], np.cumsum(np.abs(np.diff(setpoints, axis=0)).max(axis=1))])
+        steps = np.abs(np.diff(setpoints, axis=0))
+        travelled = np.concatenate([[0.0], np.cumsum(steps.max(axis=1))])
         picked = np.unique(np.searchsorted(travelled, np.arange(0.0, travelled[-1], PATH_STEP_RAD)))
-        lim = controller.limiter
-        tail = braking_path(lim.position, lim.velocity, lim.max_acceleration, controller.lower, controller.upper)
-        poses = np.vstack([tail[:1], setpoints[picked], tail])
-        speed = np.abs(np.diff(setpoints, axis=0)).max(axis=0, initial=0.0) / self.dt if len(setpoints) > 1 else 0.0
-        slow = bool(np.all(np.maximum(speed, np.abs(lim.velocity)) <= self.guard.slow_share * lim.max_velocity))
-        last, worst = self.guard.check_path(poses, controller.gripper_targets_array(), slow)
-        if self.guard.blocks(worst, controller.clearance):
-            return False
-        controller.clearance = self.guard.clearer(controller.clearance, last)
-        return True
+        speed = np.maximum(steps.max(axis=0, initial=0.0) / self.dt, np.abs(controller.limiter.velocity))
+        return controller.motion_blocked(setpoints[picked], speed) is None
 
     def cycles_until(self, time: float) -> int:
         """How many cycles from now until the hardware clock reaches `time`."""

@@ -29,6 +29,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.robots import RobotSpec
+from r2s2r.robots.model import joint_bodies, subtree
 from r2s2r.sim.dynamics import write_joint_dynamics
 
 OBJECT_PRIORITY = 2
@@ -51,17 +52,7 @@ class ParameterInfo:
 
 def _subtree_bodies(model: mujoco.MjModel, joints) -> np.ndarray:
     """Bodies moved by any of `joints` (the joints' bodies and everything below them)."""
-    moved = set()
-    for j in joints:
-        moved.add(int(model.jnt_bodyid[model.joint(j).id]))
-    changed = True
-    while changed:
-        changed = False
-        for b in range(model.nbody):
-            if b not in moved and int(model.body_parentid[b]) in moved:
-                moved.add(b)
-                changed = True
-    return np.array(sorted(moved), dtype=int)
+    return np.flatnonzero(subtree(model, joint_bodies(model, joints)))
 
 
 class TwinParameters:

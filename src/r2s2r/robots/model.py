@@ -172,6 +172,21 @@ def _add_gripper(spec: mujoco.MjSpec, robot: RobotSpec, gripper) -> None:
             spec.add_exclude(bodyname1=a.name, bodyname2=b.name)
 
 
+def subtree(model: mujoco.MjModel, roots) -> np.ndarray:
+    """Per body of `model`, whether it is one of the bodies `roots` or below one of them.
+    (MuJoCo numbers a body after its parent, so one pass in order finds them all.)"""
+    inside = np.zeros(model.nbody, dtype=bool)
+    inside[list(roots)] = True
+    for body in range(1, model.nbody):
+        inside[body] |= inside[model.body_parentid[body]]
+    return inside
+
+
+def joint_bodies(model: mujoco.MjModel, joints) -> list[int]:
+    """The bodies that `joints` (names) move directly."""
+    return [int(model.jnt_bodyid[model.joint(name).id]) for name in joints]
+
+
 def home_qpos(robot: RobotSpec, model: mujoco.MjModel, qpos: np.ndarray | None = None) -> np.ndarray:
     """qpos with the robot at home (arm joints and grippers); other joints keep `qpos`'s values."""
     qpos = model.qpos0.copy() if qpos is None else qpos.copy()

@@ -25,7 +25,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.robots import RobotSpec, get_robot
-from r2s2r.robots.model import home_qpos
+from r2s2r.robots.model import home_qpos, joint_bodies, subtree
 from r2s2r.sim.scene import Scene
 
 # How close (m) the robot's links may come to the cell's fixed geometry.
@@ -77,16 +77,6 @@ class Clearance:
 CLEAR = Clearance(math.inf)
 
 
-def _subtree(model: mujoco.MjModel, root: int) -> np.ndarray:
-    inside = np.zeros(model.nbody, dtype=bool)
-    for body in range(model.nbody):
-        b = body
-        while b > 0 and b != root:
-            b = model.body_parentid[b]
-        inside[body] = b == root
-    return inside
-
-
 class CollisionGuard:
     """Clearance checks for one robot in one cell. Joint vectors are in `robot.joint_names`
     order; gripper openings (m, one per gripper) place the fingers."""
@@ -99,20 +89,25 @@ class CollisionGuard:
         self.robot = robot
         self.margin = float(margin)
         self.self_margin = min(SELF_MARGIN_M, self.margin)
-        self.slow_share = SLOW_SHARE
         self.cell = scene.source  # named in refusals
         self._lock = threading.Lock()  # one scratch MjData, shared by the loops of one cell
         spec = build_scene_spec(scene, privileged_sensors=False)
         m = spec.compile()
         self.model, self.data = m, mujoco.MjData(m)
-        self._robot_body = _subtree(m, m.body(robot.base_link).id)
-        self._finger = np.zeros(m.nbody, dtype=bool)  # bodies moved by a finger joint
-        self._hands = []  # per gripper: its fingers and what is rigidly fixed to their base (a wrist camera)
+        self._robot_body = subtree(m, [m.body(robot.base_link).id])
+        self._finger = np.zeros(m.nbody, dtype=bool)  # bodies a finger joint moves
+        self._finger[joint_bodies(m, robot.gripper_joint_names)] = True
+        # Pairs of bodies of two hands (each gripper's fingers and what is welded to their base, a
+        # wrist camera): they meet around an object handed over.
+        hands = []
         for g in robot.grippers:
-            fingers = [m.jnt_bodyid[m.joint(name).id] for name in g.joints]
-            self._finger[fingers] = True
+            fingers = joint_bodies(m, g.joints)
             base = m.body_weldid[m.body_parentid[fingers[0]]]
-            self._hands.append(np.array(sorted(set(fingers) | set(np.flatnonzero(m.body_weldid == base)))))
+            hands.append(np.union1d(fingers, np.flatnonzero(m.body_weldid == base)))
+        self._hand_pair = np.zeros((m.nbody, m.nbody), dtype=bool)
+        for i, a in enumerate(hands):
+            for b in hands[i + 1:]:
+                self._hand_pair[np.ix_(a, b)] = self._hand_pair[np.ix_(b, a)] = True
         adr = [int(m.joint(n).qposadr[0]) for n in robot.joint_names]
         consecutive = adr == list(range(adr[0], adr[0] + len(adr)))
         self._arm_qpos = slice(adr[0], adr[0] + len(adr)) if consecutive else np.array(adr)
@@ -174,11 +169,6 @@ class CollisionGuard:
         always = {p for p, n in counts.items() if n >= _ALWAYS_SHARE * _SAMPLED_POSES}
         for b1, b2 in at_home | always:
             self._ignored[b1, b2] = self._ignored[b2, b1] = True
-        # Two hands meet around an object handed over (one's fingers close where the other's are).
-        self._hand_pair = np.zeros_like(self._ignored)
-        for i, a in enumerate(self._hands):
-            for b in self._hands[i + 1:]:
-                self._hand_pair[np.ix_(a, b)] = self._hand_pair[np.ix_(b, a)] = True
 
     # -- checks ------------------------------------------------------------------------------------
     def _place_fingers(self, openings) -> None:
@@ -247,11 +237,16 @@ class CollisionGuard:
         given in contact never adds up over cycles."""
         return a if a.distance >= b.distance else b
 
-    def target_error(self, label: str, joints, openings, current) -> str:
-        """Why a target pose is refused ('' when it is not): it lies within the margin, closer
-        than the arm's current setpoint."""
+    @staticmethod
+    def slow(velocity, max_velocity) -> bool:
+        """Whether a motion at `velocity` is slow enough for fingers and hands to touch."""
+        return bool(np.all(np.abs(velocity) <= SLOW_SHARE * np.asarray(max_velocity)))
+
+    def target_error(self, label: str, joints, openings, reference: Clearance) -> str:
+        """Why a target pose is refused ('' when it is not): it lies within a margin, closer than
+        `reference` (the clearance the arm's current setpoint is held to)."""
         found = self.clearance(joints, openings)
-        if found.clear or not self.blocks(found, self.clearance(current, openings)):
+        if found.clear or not self.blocks(found, reference):
             return ""
         return (f"{label}: the target puts {found.describe()}; expected a pose at least "
                 f"{self.margin * 1000:.0f} mm clear of the cell ({self.cell}) and "

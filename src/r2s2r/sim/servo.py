@@ -21,6 +21,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.robots import RobotSpec
+from r2s2r.robots.model import joint_bodies, subtree
 
 SAMPLES = 256
 
@@ -55,24 +56,14 @@ CACHE_SIZE = 16  # models a process keeps the figures of
 def _key(robot: RobotSpec, model: mujoco.MjModel) -> str:
     """What the figures depend on: the robot's own bodies, joints and actuators. A scene's objects
     (a perturbed mass, a distractor) change nothing, so every trial of a campaign shares one entry."""
-    joints = [model.joint(name) for name in robot.joint_names]
-    roots = {int(model.jnt_bodyid[j.id]) for j in joints}
-    bodies = [b for b in range(model.nbody) if roots & _ancestors(model, b)]
-    dofs = [j.dofadr[0] for j in joints]
+    bodies = np.flatnonzero(subtree(model, joint_bodies(model, robot.joint_names)))
+    dofs = [model.joint(name).dofadr[0] for name in robot.joint_names]
     actuators = [model.actuator(name).id for name in robot.joint_names]
     digest = hashlib.sha256(robot.name.encode())
     for array in (model.dof_armature[dofs], model.actuator_forcerange[actuators], model.body_mass[bodies],
                   model.body_inertia[bodies]):
         digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
-
-
-def _ancestors(model: mujoco.MjModel, body: int) -> set[int]:
-    chain = {body}
-    while body:
-        body = int(model.body_parentid[body])
-        chain.add(body)
-    return chain
 
 
 def twin_command_limits(robot: RobotSpec, model: mujoco.MjModel, limits):
