@@ -351,9 +351,14 @@ def hostile_session(loop: ControlLoop, peer: PeerLog, seed: int) -> HostileRecor
             elif delay < -10 * loop.dt:
                 next_cycle = time.monotonic()
 
-    # 1. The hostile stream.
+    # 1. The hostile stream. Its first half goes on until trajectories have been taken and refused
+    # (a late host sends fewer rounds in the same cycles).
     stream_cycles = math.ceil(STREAM_S / loop.dt)
     run(stream_cycles // 2, lambda: send_round(trajectories=True, latched=False))
+    for _ in range(10 * stream_cycles):
+        if all(any(c == "trajectory" for c, _ in kinds) for kinds in (record.taken, record.refused)):
+            break
+        run(1, lambda: send_round(trajectories=True, latched=False))
     run(stream_cycles - stream_cycles // 2, lambda: send_round(trajectories=False, latched=False))
     record.stream_end = hardware.now
     for channel in ("positions", "trajectory"):
@@ -374,7 +379,8 @@ def hostile_session(loop: ControlLoop, peer: PeerLog, seed: int) -> HostileRecor
 
     # 3. A far target, then the estop while the arm moves towards it; the client carries on.
     held = record.written[-1]
-    by_group = _by_group(robot, clear_far_target(loop.guard, held, lim.lower, lim.upper, rng, lim.velocity))
+    by_group = _by_group(robot, clear_far_target(robot, loop.cell, held, lim, rng,
+                                                 loop.controller.gripper_openings(), loop.dt))
 
     def stream_far() -> None:
         if hardware.now >= next_round[0]:
@@ -420,26 +426,48 @@ def hostile_session(loop: ControlLoop, peer: PeerLog, seed: int) -> HostileRecor
     return record
 
 
-def clear_far_target(guard, here, lower, upper, rng, velocity=None) -> np.ndarray:
-    """A target within [lower, upper], 0.5 rad or more from `here` on some joint (and, given the
-    joints' `velocity`, 0.6 s or more away at it), whose pose and the way to it are clear of the
-    cell and the robot (sim.collision): the arm is moving toward it, not stopped short, a while
-    later. The way: each joint at its own `velocity` (the motion limiter's joints arrive at
-    different times), or a straight line."""
-    for _ in range(4000):
+def clear_far_target(robot: RobotSpec, scene, here, limits, rng, openings=None, dt: float | None = None,
+                     seconds: float = 1.0) -> np.ndarray:
+    """A target 0.5 rad or more from `here` (at rest) on some joint that the command path takes and
+    drives the arm toward without a stop short for `seconds` (longer than an estop takes to come):
+    rehearsed on a JointController of `limits` (velocity, acceleration, lower, upper) with the
+    collision check of `scene`, grippers at `openings`, at cycles of `dt`. The rehearsal keeps 1 cm
+    more margin than the driver, so that the driver's own start (a setpoint a servo error away from
+    `here`) does not meet the cell either."""
+    from r2s2r.contract.types import CommandError
+    from r2s2r.hardware.controller import JointController
+    from r2s2r.sim.collision import DEFAULT_MARGIN_M, guard_for
+
+    guard = guard_for(scene, DEFAULT_MARGIN_M + 0.01)
+    dt = dt or 1.0 / robot.control_rate_hz
+    here = np.asarray(here, dtype=float)
+    for _ in range(1000):
         step = rng.uniform(-0.3, 0.3, here.size)
-        step[rng.integers(here.size)] = rng.choice((-1.0, 1.0)) * rng.uniform(0.5, 2.5)  # one joint goes far
-        far = np.clip(here + step, lower, upper)
-        if np.abs(far - here).max() < 0.5 or (velocity is not None and np.max(np.abs(far - here) / velocity) < 0.6):
+        j = rng.integers(here.size)  # one joint goes far, to the side with room
+        room = np.array([here[j] - limits.lower[j], limits.upper[j] - here[j]])
+        side = int(rng.integers(2)) if room.min() >= 0.5 else int(np.argmax(room))
+        if room[side] < 0.5:
             continue
-        if velocity is None:
-            way = here + np.linspace(0.0, 1.0, 40)[:, None] * (far - here)
+        step[j] = (1.0 if side else -1.0) * rng.uniform(0.5, min(2.5, room[side]))
+        far = np.clip(here + step, limits.lower, limits.upper)
+        if np.max(np.abs(far - here) / limits.velocity) < 0.6:  # arrived before an estop meets it
+            continue
+        controller = JointController(robot, here, velocity=limits.velocity, acceleration=limits.acceleration,
+                                     lower=limits.lower, upper=limits.upper, guard=guard)
+        if openings is not None:
+            controller.hold_grippers(openings)
+        try:
+            for g in robot.groups:
+                controller.command_positions(g.name, far[[robot.joint_names.index(j) for j in g.joints]])
+        except CommandError:
+            continue
+        for i in range(int(round(seconds / dt))):
+            controller.update(i * dt, dt)
+            if controller.stats.stopped_short:
+                break
         else:
-            t = np.linspace(0.0, float(np.max(np.abs(far - here) / velocity)), 60)[:, None]
-            way = here + np.sign(far - here) * np.minimum(velocity * t, np.abs(far - here))
-        if guard.check_path(way, slow=False)[1].clear:  # at speed: fingers and hands keep the margins
             return far
-    raise AssertionError(f"no clear target 0.5 rad or more from {here}")
+    raise AssertionError(f"no target 0.5 rad or more from {here} that the arm reaches clear of the cell")
 
 
 def _swing(peer: PeerLog, start: float, end: float) -> np.ndarray:

@@ -24,8 +24,9 @@ from franky_sim.constants import DEFAULT_HAND_INITIAL_WIDTH, DEFAULT_INITIAL_JOI
 
 from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
 from r2s2r.hardware.backends import load_backend
-from r2s2r.hardware.franka import (DT, EXTRAPOLATED_CYCLES, FR3_LIMITS, MAX_BACKLOG, PLAYOUT_DEPTH, FrankaHardware,
-                                   SetpointPlayer, SetpointShaper, lowpass_gain, max_jerk_safe_cutoff)
+from r2s2r.hardware.franka import (DRIVER_ACCELERATION_SHARE, DT, EXTRAPOLATED_CYCLES, FR3_LIMITS, MAX_BACKLOG,
+                                   PLAYOUT_DEPTH, FrankaHardware, SetpointPlayer, SetpointShaper, fci_margins,
+                                   lowpass_gain, max_jerk_safe_cutoff)
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.motion import MotionLimiter
 from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
@@ -301,15 +302,57 @@ def test_shaper_passes_a_safe_stream_through_its_low_pass_unchanged():
     safety = SafetyFilter(limits, DT, start)
     shaper = SetpointShaper(FR3_LIMITS, 50.0, start)
     gain, filtered, commands = lowpass_gain(50.0), start.copy(), [start.copy()]
+    setpoint = start.copy()
     for _ in range(1500):
-        setpoint = safety(motion.step(target, DT).copy())
+        setpoint, previous = safety(motion.step(target, DT).copy()), setpoint
         filtered = filtered + gain * (setpoint - filtered)
-        commands.append(shaper.step(setpoint))
+        commands.append(shaper.step(setpoint, (setpoint - previous) / DT))
         np.testing.assert_allclose(commands[-1], filtered, atol=1e-7)
     assert shaper.limited == 0
     assert all(excess <= 0.0 for excess in fci_violations(np.array(commands)).values())
     np.testing.assert_allclose(commands[-1], target, atol=1e-6)
     assert 50.0 < max_jerk_safe_cutoff(FR3_LIMITS) < 54.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_late_driver_never_carries_the_command_past_its_braking(seed):
+    """The driver cruises, then brakes to a stop (an estop), and writes its setpoints late and in
+    bursts (stalls of up to 60 ms, caught up at once: holds, extrapolation and skipped backlogs).
+    What the player and shaper send the FCI never goes past where the driver stopped, beyond the
+    extrapolation's carry of the last speed, and keeps the FCI's limits."""
+    rng = np.random.default_rng(seed)
+    speed, deceleration = fci_margins(FR3_LIMITS)
+    deceleration = deceleration * DRIVER_ACCELERATION_SHARE
+    for _ in range(25):
+        j = int(rng.choice([0, 2, 4, 6]))  # joints whose range is wide around 0
+        velocity = speed[j] * rng.uniform(0.3, 1.0)
+        path = list(np.arange(201) * velocity * DT)
+        v = velocity
+        while v > 0:
+            v = max(0.0, v - deceleration[j] * DT)
+            path.append(path[-1] + v * DT)
+        path += [path[-1]] * 300
+        setpoints = np.tile(FR3.home_positions, (len(path), 1))
+        setpoints[:, j] = path
+        late, written_at = 0.0, []
+        for n in range(len(path)):
+            late += rng.uniform(2, 60) if rng.random() < 0.02 else 0.0
+            late = max(0.0, late - 1.0)  # caught up at once, a cycle a millisecond
+            written_at.append(n + late + rng.uniform(0.0, 0.9))
+        written_at = np.array(written_at)
+        player = SetpointPlayer(setpoints[0])
+        shaper = SetpointShaper(FR3_LIMITS, 50.0, setpoints[0])
+        commands = [setpoints[0]]
+        for k in range(int(written_at[-1]) + 400):
+            target = player.step(int(np.sum(written_at <= k + 1)), setpoints.__getitem__)
+            commands.append(shaper.step(target, player.driver_velocity))
+        commands = np.array(commands)
+        carry = EXTRAPOLATED_CYCLES * velocity * DT
+        assert commands[:, j].max() <= path[-1] + carry + 1e-9, \
+            f"joint {j + 1} at {velocity:.2f} rad/s: the command went {commands[:, j].max() - path[-1]:.5f} rad " \
+            f"past the driver's stop (carry {carry:.5f}; skipped {player.skipped}, held {player.held})"
+        assert all(excess <= 0.0 for excess in fci_violations(commands).values())
+        np.testing.assert_allclose(commands[-1], setpoints[-1], atol=1e-5)  # and it comes to rest there
 
 
 def test_player_plays_in_order_bridges_short_gaps_then_holds():

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from r2s2r.contract.types import CommandError
+from r2s2r.hardware.controller import JointController
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.robots import registry
@@ -177,3 +178,33 @@ def test_hostile_targets_anywhere_in_the_limits_touch_nothing_and_keep_the_limit
     assert np.all(speed <= 1 + SPEED_TOLERANCE) and np.all(reported <= 1 + SPEED_TOLERANCE), report
     assert np.all(acceleration <= 1.0), report
     assert np.ptp(positions[stamps > rest_at], axis=0).max() < 1e-4, f"{report}: not at rest after the silence"
+
+
+def test_a_hand_resting_near_the_table_moves_away_as_fast_as_the_limits_allow():
+    """Slowly a finger may come within the margin of the table; at speed the fingers keep the
+    margins, but only as far as they are clear where the motion starts: lifting the arm away
+    (here its shoulder, 0.6 rad) runs as fast as the limits allow, without a stop short."""
+    robot = registry()["franka_fr3"]
+    hw = SimHardware(stack_scene("franka_fr3"))
+    hw.connect()
+    loop = ControlLoop(hw)
+    resting = np.array([0.561, 0.904, -0.507, -1.720, -0.300, 2.391, -0.277])  # a finger 8.5 mm above the table
+    openings = loop.controller.gripper_openings()
+    assert loop.guard.clearance(resting, openings).clear
+    near = loop.guard.clearance(resting, openings, slow=False)
+    assert near.other == "table" and "finger" in near.robot_body and 0 < near.distance < DEFAULT_MARGIN_M, near
+    lim = loop.limits
+    controller = JointController(robot, resting, velocity=lim.velocity, acceleration=lim.acceleration,
+                                 lower=lim.lower, upper=lim.upper, guard=loop.guard)
+    lifted = resting.copy()
+    lifted[1] -= 0.6
+    controller.command_positions("arm", lifted)
+    speeds = []
+    for i in range(int(1.0 / loop.dt)):
+        before = controller.limiter.position.copy()
+        controller.update(i * loop.dt, loop.dt)
+        speeds.append(abs(controller.limiter.position[1] - before[1]) / loop.dt)
+    assert controller.stats.stopped_short == 0, controller.stats.last_stop_short
+    # The time-optimal profile's peak: full speed, or where accelerating meets braking.
+    assert max(speeds) > 0.9 * min(lim.velocity[1], np.sqrt(0.6 * lim.acceleration[1]))
+    np.testing.assert_allclose(controller.limiter.position, lifted, atol=1e-9)

@@ -29,7 +29,6 @@ from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract import Topics, qos
 from r2s2r.robots import get_robot
-from r2s2r.sim.collision import guard_for
 from r2s2r.waiting import wait_for
 from tests.backend_helpers import COMMAND_PERIOD_S, HostileCommand, clear_far_target, hostile_round
 from tests.test_collision_guard import stack_scene
@@ -209,8 +208,8 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
 
     # A far target for every group, then the estop while the arm moves there; the client carries on.
     stamps, positions, _ = log.arrays()
-    far = clear_far_target(guard_for(hardware.scene), positions[-1], robot.limits.lower, robot.limits.upper, rng,
-                           twin_limits.velocity)
+    openings = [client.joints.positions_of(g.joints).sum() for g in robot.grippers]
+    far = clear_far_target(robot, hardware.scene, positions[-1], twin_limits, rng, openings, 1.0 / robot.control_rate_hz)
     far_targets = [HostileCommand("positions", g.name, "far", True, far[[names.index(j) for j in g.joints]])
                    for g in robot.groups]
     burst_start = log.latest()

@@ -79,6 +79,7 @@ class JointController:
         self.stats = CommandStats()
         # The closest approach at the current setpoint: motion may not come closer than this.
         self.clearance = None
+        self._fast_clearance = None  # the same at speed, where fingers and hands keep the margins
         self._measure_clearance()
         self.latched = ""  # why commands are refused (a latched estop), empty while they are taken
         self._lock = threading.Lock()  # commands arrive on executor threads, updates on the loop
@@ -182,6 +183,7 @@ class JointController:
     def _measure_clearance(self) -> None:
         if self.guard is not None:
             self.clearance = self.guard.clearance(self.limiter.position, self._openings())
+            self._fast_clearance = None  # measured when the arm next goes fast
 
     def _check_clear(self, label: str, g: _Group, rows: np.ndarray) -> None:
         """Refuse targets (rows of the group's joints, the other groups at their targets) that would
@@ -300,10 +302,17 @@ class JointController:
         else:
             brake = lim.position[None, :]
         poses = np.vstack([brake[:1], through, brake[1:]])  # the setpoint first: its clearance is kept
-        last, worst = self.guard.check_path(poses, self._openings(), self.guard.slow(speed, lim.max_velocity))
-        if self.guard.blocks(worst, self.clearance):
+        slow = self.guard.slow(speed, lim.max_velocity)
+        last, worst = self.guard.check_path(poses, self._openings(), slow)
+        if slow:
+            reference = self.clearance
+        else:  # at speed the fingers keep the margins: where they are within one, no closer than they are
+            reference = last if self._fast_clearance is None else self._fast_clearance
+        if self.guard.blocks(worst, reference):
             return worst
+        # At speed `last` is measured with the stricter rule: no clearer than the slow one there.
         self.clearance = self.guard.clearer(self.clearance, last)
+        self._fast_clearance = None if slow else self.guard.clearer(reference, last)
         return None
 
     def follow(self, safety) -> None:

@@ -47,7 +47,10 @@ stages in the arm process turn one into the other:
    (including the FR3's position-based velocity limits near the joint limits) with libfranka's
    margins. For a stream that already obeys them it changes nothing; otherwise (a held
    setpoint, a skipped backlog, a start away from the measured position) it converges on the
-   setpoint smoothly instead of jumping. How often it acts is counted for diagnostics.
+   setpoint smoothly instead of jumping, and never past where the driver's setpoints would stop
+   if the driver braked now: closing a gap left by a late driver never carries the arm beyond an
+   estop's stopping point (by more than the extrapolation's carry). How often it acts is counted
+   for diagnostics.
 
 The Hand moves when the commanded opening changes by more than a millimetre while active:
 opening with `move()`, closing with `grasp()` at `gripper_force`, which holds whatever is
@@ -93,6 +96,9 @@ LOST_PACKETS = 3  # libfranka's velocity margin assumes up to 3 lost packets (kT
 # rest is the shaper's, to close a gap (a skipped backlog, a held setpoint) while the driver's own
 # setpoints brake at full rate, so closing it never overshoots them.
 DRIVER_ACCELERATION_SHARE = 0.8
+REACH_BRAKING_SHARE = 0.9  # SetpointShaper.step: how hard the command brakes to stay within reach
+REACH_SLACK = 1e-5  # rad: how far past the reach the command may land
+AT_REST_CLOSING_SHARE = 0.5  # of the FCI's acceleration: closing a gap to a driver at rest
 PLAYOUT_DEPTH = 1  # setpoints buffered before playing (absorbs a cycle of driver jitter)
 EXTRAPOLATED_CYCLES = 3  # driver silent this long: extrapolate, after that hold the last setpoint
 # More unplayed setpoints than this (the player 48 ms behind the driver): skip to the newest. Below
@@ -235,9 +241,10 @@ class SetpointPlayer:
 
     def reset(self, position: np.ndarray, written: int) -> None:
         """Start from `position` at rest; setpoints numbered below `written` are old."""
-        self.next = written
+        self.first = self.next = written
         self.last = np.array(position, dtype=float)
         self.velocity = np.zeros_like(self.last)
+        self.driver_velocity = np.zeros_like(self.last)  # of the driver's setpoints where it plays them
         self.missed = 0
         self.playing = False
 
@@ -256,6 +263,9 @@ class SetpointPlayer:
             self.drained += 1
         if self.next < written:
             target = fetch(self.next)
+            # The driver's own velocity there (not the jump a skip or a held gap makes).
+            self.driver_velocity = (target - fetch(self.next - 1)) / DT if self.next > self.first else \
+                np.zeros_like(target)
             self.next += 1
             self.missed = 0
         elif self.missed < EXTRAPOLATED_CYCLES:
@@ -297,25 +307,48 @@ class SetpointShaper:
         lower = self.dq_offset - np.sqrt(np.maximum(0.0, 2.0 * self.ddq_dec * (q - self.q_min)))
         return np.maximum(-self.dq, np.minimum(0.0, lower)), np.minimum(self.dq, np.maximum(0.0, upper))
 
+    def reach(self, target: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """How far, each way, the setpoints may yet go: the filter's output and the target, and where
+        the driver stops if it brakes now (at its share of the acceleration) from `velocity`."""
+        stop = target + velocity * np.abs(velocity) / (2.0 * DRIVER_ACCELERATION_SHARE * self.ddq)
+        return np.minimum.reduce([stop, target, self.filtered]), np.maximum.reduce([stop, target, self.filtered])
+
     def at_rest(self) -> bool:
         return bool(np.all(np.abs(self.velocity) < 1e-4) and np.all(np.abs(self.acceleration) < 1e-2))
 
-    def step(self, target: np.ndarray) -> np.ndarray:
-        filtered = self.filtered + self.gain * (np.asarray(target, dtype=float) - self.filtered)
+    def step(self, target: np.ndarray, velocity: np.ndarray | None = None) -> np.ndarray:
+        """The command for this cycle toward `target`, a driver's setpoint moving at `velocity` (the
+        driver's, default at rest). The command never runs past where the setpoints could stop: a
+        gap closed after a late driver (a held setpoint, a skipped backlog) does not carry it on
+        beyond the driver's own braking."""
+        target = np.asarray(target, dtype=float)
+        lowest, highest = self.reach(target, np.zeros_like(target) if velocity is None else velocity)
+        filtered = self.filtered + self.gain * (target - self.filtered)
         reference_velocity = (filtered - self.filtered) / DT
         self.filtered = filtered
         # Zero while the command follows the filtered setpoint; otherwise close the gap as fast as
         # braking with the acceleration the driver leaves over allows (so it closes without
         # overshoot even while the setpoint itself brakes), landing on it within a cycle or two.
+        # A driver at rest leaves more over: half the FCI's (more and the jerk limit's ramp
+        # overshoots small gaps); the landing keeps the small steps the jerk limit can follow.
         gap = filtered - (self.position + reference_velocity * DT)
-        spare = (1.0 - DRIVER_ACCELERATION_SHARE) * self.ddq
+        landing = (1.0 - DRIVER_ACCELERATION_SHARE) * self.ddq
+        moving = np.zeros(target.shape, dtype=bool) if velocity is None else np.asarray(velocity) != 0.0
+        spare = np.where(moving, landing, AT_REST_CLOSING_SHARE * self.ddq)
         distance = np.abs(gap)
         correction = np.sign(gap) * np.maximum(np.sqrt(2.0 * spare * distance) - spare * DT,
-                                               np.minimum(distance / DT, spare * DT))
+                                               np.minimum(distance / DT, landing * DT))
         wanted = (reference_velocity + correction - self.velocity) / DT
         # Velocity limits first, as the acceleration from which braking at the jerk limit still
         # meets them; then jerk and acceleration, which therefore always hold.
         lower_v, upper_v = self.velocity_bounds(self.position)
+        # Braking from the command's next position stops within the reach, at a share of the FCI's
+        # acceleration between the driver's and the FCI's (the rest absorbs the jerk limit's ramp).
+        brake = REACH_BRAKING_SHARE * self.ddq
+        # REACH_SLACK leaves the landing to the gap's closing: the braking curve is too steep there.
+        ahead = self.position + self.velocity * DT
+        upper_v = np.minimum(upper_v, np.sqrt(2.0 * brake * np.maximum(0.0, highest + REACH_SLACK - ahead)))
+        lower_v = np.maximum(lower_v, -np.sqrt(2.0 * brake * np.maximum(0.0, ahead - lowest + REACH_SLACK)))
         high = _signed_sqrt(2.0 * self.dddq * (upper_v - self.velocity))
         low = -_signed_sqrt(2.0 * self.dddq * (self.velocity - lower_v))
         acceleration = np.clip(wanted, low, np.maximum(high, low))
@@ -512,7 +545,7 @@ class _ArmServer:
                 with self.box.lock:
                     target = self.player.step(self.box.written, self._fetch)
                     self._publish_locked(state)
-                self.control.writeOnce(franka.JointPositions(self.shaper.step(target).tolist()))
+                self.control.writeOnce(franka.JointPositions(self.shaper.step(target, self.player.driver_velocity).tolist()))
             except franka.ControlException as exc:  # a reflex ended the motion; the robot holds
                 self.control = None
                 self._fail(Phase.FAULT, f"reflex: {exc}")

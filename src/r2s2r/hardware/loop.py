@@ -37,8 +37,8 @@ class ControlLoop:
         self.limits = hardware.command_limits(limits or SafetyLimits.of(self.robot))
         self.last_sample: JointSample = hardware.read()
         position = self.last_sample.positions_of(self.robot.joint_names)
-        cell = cell or getattr(hardware, "scene", None) or Scene(robot=self.robot.name)
-        self.guard = guard_for(cell, collision_margin)
+        self.cell = cell or getattr(hardware, "scene", None) or Scene(robot=self.robot.name)
+        self.guard = guard_for(self.cell, collision_margin)
         self.controller = JointController(self.robot, position, watchdog_s=self.limits.watchdog_s,
                                           velocity=self.limits.velocity, acceleration=self.limits.acceleration,
                                           lower=self.limits.lower, upper=self.limits.upper, guard=self.guard)
