@@ -123,6 +123,45 @@ def test_a_campaign_killed_with_sigkill_resumes_without_losing_or_repeating_a_tr
         assert len({r.id for r in store.results(campaign)}) == trials
 
 
+def test_ctrl_c_stops_a_campaign_cleanly_and_the_same_command_resumes_it(task_file, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-campaign: one line
+    saying how many trials are stored and how to resume, exit code 130, no traceback from the
+    parent or its workers, no leaked semaphores; the same command then finishes the campaign."""
+    trials = 60
+    out = tmp_path / "interrupted"
+    args = [sys.executable, "-m", "r2s2r.cli", "eval", "--task", task_file, "--policy", HOLD, "--trials", str(trials),
+            "--workers", "2", "--out", str(out), "--no-images", "--no-progress"]
+    proc = subprocess.Popen(args, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    store_path = out / "trials.sqlite"
+    deadline = time.monotonic() + 120
+    while _stored(store_path) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    stored = _stored(store_path)
+    assert proc.returncode == 130, stdout + stderr
+    assert 5 <= stored < trials, f"not stopped mid-run ({stored} stored):\n{stderr}"
+    assert f"stopped; {stored} trials stored in {store_path}; rerun the same command to resume" in stderr, stderr
+    assert "Traceback" not in stderr and "leaked" not in stderr, stderr
+
+    resumed = subprocess.run(args, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    with TrialStore(store_path) as store:
+        assert store.count() == trials
+
+
+def test_a_resumed_campaigns_rate_counts_only_this_runs_trials():
+    from r2s2r.eval.runner import add_stored, progress_bar
+    bar = progress_bar(10, "resumed")
+    bar.mininterval, bar.miniters = 0.0, 1  # every update reaches the rate
+    add_stored(bar, 6)  # found in the store
+    assert bar.n == 6 and bar.format_dict["initial"] == 6
+    bar.update(1)
+    assert bar.n == 7 and bar._ema_dn() == pytest.approx(1.0)  # the rate's steps: only the trial run here
+    bar.close()
+
+
 def test_a_campaign_resumed_with_other_settings_is_refused(tmp_path):
     with TrialStore(tmp_path / "s.sqlite") as store:
         store.open_campaign("c", {"trials": 10, "seed": 0})
@@ -228,3 +267,18 @@ def test_campaign_sizes_beyond_a_million_are_refused_and_search_help_shows_defau
         main(["search", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: uniform)" in text and "(default: 4)" in text and "(default: scene)" in text
+
+
+def test_eval_draws_within_a_named_envelope(tmp_path, capsys):
+    from r2s2r.cli import main
+    task = load_task("franka_block_in_bowl")
+    envelope = task.perturbations.envelopes["operating"]
+    planned = plan_eval(HOLD, task, 40, seed=3, envelope="operating")
+    for name, (low, high) in envelope.items():
+        values = [p.spec.values[name] for p in planned]
+        assert low <= min(values) and max(values) <= high, name
+    wide = plan_eval(HOLD, task, 40, seed=3)
+    assert any(not low <= p.spec.values["block_x"] <= high for p in wide for low, high in [envelope["block_x"]])
+    assert main(["eval", "--task", "franka_block_in_bowl", "--policy", HOLD, "--trials", "2", "--envelope", "nope",
+                 "--no-progress", "--out", str(tmp_path)]) == 2
+    assert "no envelope 'nope'; envelopes: operating" in capsys.readouterr().err

@@ -4,6 +4,7 @@ report, and `r2s2r replay` of a cluster's representative."""
 
 import json
 import re
+from pathlib import Path
 
 import cv2
 import pytest
@@ -125,13 +126,14 @@ def test_the_report_has_the_plots_the_atlas_and_summary_json(searched, tmp_path)
 def test_replay_reruns_a_stored_trial_bit_for_bit_and_records_video_and_bag(searched, tmp_path, capsys):
     _, store, search, _ = searched
     trial = search.atlas.clusters[0].representative
-    assert main(["replay", trial[:10], "--store", str(store.path), "--out", str(tmp_path)]) == 0
+    assert main(["replay", trial[:10], "--store", str(store.path)]) == 0
     printed = capsys.readouterr().out
     assert "reproduced bit for bit" in printed and f"margin {store.get(trial).margin!r}" in printed
-    video = cv2.VideoCapture(str(tmp_path / f"{trial}.mp4"))
+    replays = Path(store.path).parent / "replays"  # beside the campaign's store, as the docs say
+    video = cv2.VideoCapture(str(replays / f"{trial}.mp4"))
     assert video.get(cv2.CAP_PROP_FRAME_COUNT) == 5  # the start and 4 ticks of 0.05 s
     assert (video.get(cv2.CAP_PROP_FRAME_WIDTH), video.get(cv2.CAP_PROP_FRAME_HEIGHT)) == (320, 240)
-    bag = tmp_path / f"{trial}.mcap"
+    bag = replays / f"{trial}.mcap"
     assert set(topics(bag)) == {"/clock", "/joint_states", "/arm_position_controller/commands",
                                 "/gripper_controller/commands", "/cameras/scene/image_raw", "/twin/object_poses"}
     states = list(read_bag(bag, ["/joint_states"]))

@@ -1,6 +1,6 @@
 """`r2s2r replay`: rerun one stored trial bit for bit, recording an MP4 and an MCAP bag.
 
-    r2s2r replay TRIAL_ID [--store DIR/trials.sqlite] [--camera scene] [--out DIR]
+    r2s2r replay TRIAL_ID [--store DIR/trials.sqlite] [--camera scene] [--out DIR (default DIR/replays)]
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ def _replay(args) -> int:
     store_path = Path(args.store)
     if not store_path.is_file():
         raise FileNotFoundError(f"no store at {store_path} (give --store, the trials.sqlite a campaign wrote)")
+    out = Path(args.out) if args.out else store_path.parent / "replays"  # beside the campaign's report
     with TrialStore(store_path) as store:
-        result = replay(store, args.trial, args.out, args.camera, video=not args.no_video, bag=not args.no_bag)
+        result = replay(store, args.trial, out, args.camera, video=not args.no_video, bag=not args.no_bag)
     r = result.result
     print(f"trial {r.id}: {'success' if r.success else 'failure'} ({r.stage}), margin {r.margin!r}, "
           f"{r.sim_time_s:.2f} s simulated")
@@ -35,7 +36,7 @@ def add_replay_parser(sub) -> None:
     rp = sub.add_parser("replay", help="rerun one stored trial bit for bit; record an MP4 and an MCAP bag")
     rp.add_argument("trial", help="trial id (or a unique prefix)")
     rp.add_argument("--store", default=f"{DEFAULT_OUT}/{STORE_NAME}", help="the campaign's SQLite store")
-    rp.add_argument("--out", default=f"{DEFAULT_OUT}/replays", help="folder for the video and the bag")
+    rp.add_argument("--out", default=None, help="folder for the video and the bag (default: replays/ beside the store)")
     rp.add_argument("--camera", default="scene")
     rp.add_argument("--no-video", action="store_true")
     rp.add_argument("--no-bag", action="store_true")

@@ -69,6 +69,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray)")
     p.add_argument("--seed", type=int, default=0, help="campaign seed: trial i's perturbation and seed come from it")
     p.add_argument("--factors", default=None, help="comma-separated factors to vary (default: all of the task's)")
+    p.add_argument("--envelope", default=None,
+                   help="vary within one of the space's named envelopes (narrower ranges), e.g. operating")
     p.add_argument("--out", default=DEFAULT_OUT, help="folder for the store and the report")
     p.add_argument("--store", default=None, help=f"SQLite store (default OUT/{STORE_NAME})")
     p.add_argument("--control-rate", type=float, default=None, help="twin control loop rate, Hz (default: the robot's)")
@@ -85,7 +87,7 @@ def _slug(policy: str) -> str:
 
 def _eval(args) -> int:
     from r2s2r.eval.report import write_report
-    from r2s2r.eval.runner import TrialPool, plan_eval, run_trials
+    from r2s2r.eval.runner import TrialPool, check_policy, plan_eval, run_trials
     from r2s2r.eval.stats import rank_checkpoints, wilson
     from r2s2r.eval.store import TrialStore
     from r2s2r.eval.tasks import load_task
@@ -98,15 +100,19 @@ def _eval(args) -> int:
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     factors = _factors(args.factors)
+    for policy in args.policy:  # before any worker starts: one line, not a worker's traceback
+        check_policy(policy, task)
     outcomes, per_policy = {}, {}
     with TrialStore(store_path) as store, TrialPool(args.workers, args.backend, args.address) as pool:
         for policy in args.policy:
             config = {"kind": "eval", "task": args.task, "policy": policy, "trials": args.trials, "seed": args.seed,
                       "factors": factors, "nominal": args.nominal, "control_rate_hz": args.control_rate}
+            if args.envelope:  # only when given: campaigns from before the option keep their names
+                config["envelope"] = args.envelope
             name = campaign_name("eval", config)
             store.open_campaign(name, config)
             planned = plan_eval(policy, task, args.trials, args.seed, factors, args.nominal, args.control_rate,
-                                args.task)
+                                args.task, args.envelope)
             results = run_trials(planned, store, name, progress=not args.no_progress, pool=pool)
             per_policy[policy] = (name, results)
             outcomes[policy] = {i: r.success for i, r in enumerate(results)}  # trial i: same inputs for every policy
@@ -127,6 +133,8 @@ def _eval(args) -> int:
             atlas = build_atlas(results, task.perturbations, factors)
             meta = {"task": args.task, "policy": policy, "sampler": "nominal" if args.nominal else "uniform",
                     "campaign": name, "seed": args.seed, "store": str(store_path)}
+            if args.envelope:
+                meta["envelope"] = args.envelope
             report = write_report(folder, results, task.perturbations, meta, atlas, ranking=ranking,
                                   store_path=store_path, camera=args.camera, images=not args.no_images)
             print(f"report: {report}")
@@ -148,10 +156,12 @@ def _search(args) -> int:
     from r2s2r.eval.stats import wilson
     from r2s2r.eval.store import TrialStore
     from r2s2r.eval.tasks import load_task
+    from r2s2r.eval.runner import check_policy
     from r2s2r.search.campaign import run_search
 
     options = _sampler_options(args.sampler_option)
     task = load_task(args.task)
+    check_policy(args.policy, task)  # before any worker starts: one line, not a worker's traceback
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     with TrialStore(store_path) as store:
@@ -184,13 +194,22 @@ def guarded(handler):
     def run(args) -> int:
         from r2s2r.eval.graph import GraphError
         from r2s2r.eval.runner import TrialError
-        from r2s2r.eval.store import StoreError
+        from r2s2r.eval.store import StoreError, TrialStore
         from r2s2r.policy.types import PolicyError
         try:
             return handler(args)
         except (PolicyError, StoreError, TrialError, GraphError, ImportError) as exc:
             print(f"r2s2r {args.command}: error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:  # the pool has shut down on the way out (TrialPool.close)
+            store = Path(args.store) if args.store else Path(args.out) / STORE_NAME
+            stored = 0
+            if store.is_file():
+                with TrialStore(store) as opened:
+                    stored = opened.count()
+            print(f"\nr2s2r {args.command}: stopped; {stored} trials stored in {store}; rerun the same command "
+                  "to resume", file=sys.stderr)
+            return 130
     return run
 
 
@@ -221,8 +240,6 @@ def add_eval_parsers(sub) -> None:
     se.add_argument("--sampler-option", action="append", metavar="KEY=VALUE",
                     help="a sampler's option (repeatable), e.g. explore_beta=1 for CEM's uniform exploration; "
                          "see docs/evaluation.md")
-    se.add_argument("--envelope", default=None,
-                    help="search within one of the space's named envelopes (narrower ranges), e.g. operating")
     se.add_argument("--refine-steps", type=_count(0, 64), default=4,
                     help="bisection steps per failure cluster after the budget (extra trials)")
     se.set_defaults(func=guarded(_search))

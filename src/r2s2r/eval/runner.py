@@ -29,7 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -46,6 +48,7 @@ from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.policy import Observation, PolicyMetadata, PolicyRuntime, RuntimeConfig, load_policy, read_policy_config
 from r2s2r.policy.observation import JointLayout
+from r2s2r.robots import get_robot
 from r2s2r.sim.twin import Twin
 
 BACKENDS = ("process", "ray")
@@ -174,6 +177,7 @@ class TrialWorker:
         self._tasks: dict = {}
         self._policies: dict = {}
         self._twins: OrderedDict = OrderedDict()
+        self._renderers: dict = {}  # by the key of a cached twin: its cameras' renderer
         self._states: OrderedDict = OrderedDict()
 
     def job(self, fn: Callable[[Any, Any], Any], context: JobContext | None, item):
@@ -216,8 +220,21 @@ class TrialWorker:
             twin = Twin(scene)
         self._twins[key] = twin
         while len(self._twins) > TWIN_CACHE:
-            self._twins.popitem(last=False)
+            old, _ = self._twins.popitem(last=False)
+            renderer = self._renderers.pop(old, None)
+            if renderer is not None:
+                renderer.close()
         return twin
+
+    def renderer(self, task_name: str, scene, twin: Twin):
+        """The renderer of a cached twin's cameras (sim.render.TwinRenderer, the renderer the driver's
+        cameras use), made on first use: a policy that observes no camera never makes one."""
+        from r2s2r.sim.render import TwinRenderer
+        key = (task_name, scene)
+        renderer = self._renderers.get(key)
+        if renderer is None or renderer.twin is not twin:
+            renderer = self._renderers[key] = TwinRenderer(twin)
+        return renderer
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
         try:
@@ -232,13 +249,16 @@ class TrialWorker:
         task = self.task(spec.task)
         values = spec.values
         task.new_episode(values)
-        hardware = _ReusedTwin(self.twin(spec.task, task.scene(values)), spec.seed)
+        scene = task.scene(values)
+        hardware = _ReusedTwin(self.twin(spec.task, scene), spec.seed)
         hardware.connect()
         twin = hardware.twin
         loop = ControlLoop(hardware, spec.control_rate_hz)
         task.start(twin)
         loop.hold_here()
         policy, config = self.policy(spec.policy, hardware.robot)
+        cameras = tuple(policy.metadata.observation.cameras)
+        renderer = self.renderer(spec.task, scene, twin) if cameras else None
         runtime = PolicyRuntime(policy, config)
         runtime.reset()
         layout = JointLayout.from_robot(hardware.robot)
@@ -253,7 +273,11 @@ class TrialWorker:
         while twin.time < limit - 1e-9:
             now = twin.time
             joints, grippers = layout.split(loop.sample())
-            observation = Observation(now, joints, grippers, objects=task.object_poses(twin))
+            # The policy's cameras, rendered from the twin's state now when the policy will see them
+            # (as a camera publishing on the tick would).
+            images = {c: renderer.rgb(c) for c in cameras} \
+                if renderer is not None and runtime.wants_observation(now) else {}
+            observation = Observation(now, joints, grippers, images=images, objects=task.object_poses(twin))
             command = runtime.step(now, observation)
             failed_to_act.note_runtime(runtime.stats, now - start)
             if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
@@ -279,6 +303,35 @@ class TrialWorker:
                            control_rate_hz=spec.control_rate_hz, perturbation=values, success=bool(outcome.success),
                            margin=float(outcome.margin), stage=str(outcome.stage), sim_time_s=twin.time - start,
                            wall_s=time.perf_counter() - wall0, metrics=metrics, detail=failed_to_act.detail)
+
+
+def check_policy(source: str, task) -> None:
+    """Load the policy once, as every worker will, and check that it fits the task: its robot's
+    joint groups and grippers, and the cameras of the task's scene. Raises PolicyError in one line
+    that names the problem, before any worker starts."""
+    from r2s2r.policy.types import PolicyError
+    robot = get_robot(task.robot)
+    try:
+        config = read_policy_config(source)
+        policy = load_policy(config, PolicyMetadata.for_robot(robot))
+        RuntimeConfig.from_dict(dict(config.runtime, asynchronous=False), f"{config.source}: runtime")
+    except PolicyError:
+        raise
+    except Exception as exc:  # a missing file, an unimportable class, a bad config: the user's to fix
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise PolicyError(f"policy {source}: {type(exc).__name__}: {first}") from None
+    metadata = policy.metadata
+    layout = JointLayout.from_robot(robot)
+    try:
+        layout.check(metadata.observation)
+        layout.check(metadata.action)
+    except PolicyError as exc:
+        raise PolicyError(f"policy {source} does not fit {robot.name}: {exc}") from None
+    cameras = [c.name for c in task.scene().all_cameras()]
+    missing = [c for c in metadata.observation.cameras if c not in cameras]
+    if missing:
+        raise PolicyError(f"policy {source} observes cameras {', '.join(missing)}; task {task.name}'s scene has "
+                          f"{', '.join(cameras) or 'none'}")
 
 
 # Failure stages of a policy that failed to act (eval.tasks' stages say how a task failed).
@@ -348,6 +401,8 @@ _WORKER: TrialWorker | None = None
 
 def _pool_init(threads: int) -> None:
     global _WORKER
+    # Ctrl-C reaches the whole process group: the parent stops the campaign, workers finish quietly.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER = TrialWorker(threads)
 
 
@@ -357,6 +412,26 @@ def _pool_run(spec: TrialSpec) -> TrialResult:
 
 def _pool_job(fn, context, item):
     return _WORKER.job(fn, context, item)
+
+
+def _start_pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool of `workers`, started now. spawn: a fresh interpreter per worker, no inherited
+    threads, GL contexts or locks. The workers start with Ctrl-C ignored (an interpreter started with
+    SIGINT ignored keeps it so): the parent stops the campaign, and a worker still importing when
+    Ctrl-C comes prints no traceback."""
+    import multiprocessing
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_init,
+                               initargs=(1,))
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        started = [pool.submit(int) for _ in range(workers)]  # each submit starts a worker if none is idle
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    for future in started:
+        future.result()
+    return pool
 
 
 # -- campaigns ----------------------------------------------------------------------------------------
@@ -423,10 +498,7 @@ class TrialPool:
     def _run_pool(self, fn, calls: Sequence[tuple]) -> Iterable[tuple[int, Any]]:
         """(index, fn(*calls[index])) on the process pool, in the order they finish."""
         if self._pool is None:
-            import multiprocessing
-            # spawn: a fresh interpreter per worker, no inherited threads, GL contexts or locks.
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_pool_init, initargs=(1,))
+            self._pool = _start_pool(self.workers)
         queue = list(reversed(list(enumerate(calls))))
         running: dict = {}  # future -> its call's index
         try:
@@ -483,7 +555,7 @@ def run_trials(planned: Sequence[Planned], store, campaign: str, workers: int = 
     own = bar is None
     if own:
         bar = progress_bar(len(planned), campaign, progress)
-    bar.update(len(planned) - len(pending))
+    add_stored(bar, len(planned) - len(pending))
     try:
         for result in pool.run([p.spec for p in pending]):
             for p in by_id[result.id]:
@@ -513,6 +585,16 @@ class _NoBar:
 
     def close(self) -> None:
         pass
+
+
+def add_stored(bar, count: int) -> None:
+    """Count `count` trials found in the store on `bar` without counting them in its rate and ETA
+    (a resumed campaign's rate is this run's)."""
+    if count and not isinstance(bar, _NoBar):
+        bar.n += count
+        bar.last_print_n += count  # the rate's next step leaves them out
+        bar.initial += count  # and so does its average
+        bar.refresh()
 
 
 def progress_bar(total: int, label: str, enabled: bool = True):
@@ -545,9 +627,11 @@ def sample_perturbations(space, count: int, seed: int, factors: Sequence[str] | 
 
 def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[str] | None = None,
               nominal: bool = False, control_rate_hz: float | None = None,
-              task_ref: str | None = None) -> list[Planned]:
-    """The trials of an evaluation campaign: perturbation and seed of trial i from (seed, i)."""
-    points = sample_perturbations(task.perturbations, count, seed, factors, nominal)
+              task_ref: str | None = None, envelope: str | None = None) -> list[Planned]:
+    """The trials of an evaluation campaign: perturbation and seed of trial i from (seed, i);
+    within one of the space's named `envelope`s (narrower ranges) if given."""
+    space = task.perturbations.within(envelope) if envelope else task.perturbations
+    points = sample_perturbations(space, count, seed, factors, nominal)
     ref = task_ref or task.name
     phase = "nominal" if nominal else "uniform"
     return [Planned(i, TrialSpec.of(policy, ref, p, trial_seed(seed, i), control_rate_hz), phase)
@@ -555,4 +639,5 @@ def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[st
 
 
 __all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "TrialError", "Planned", "TrialPool",
-           "JobContext", "send_command", "FailureToAct", "INVALID_ACTION", "POLICY_ERROR", "DEADLINE", "run_trials", "progress_bar", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]
+           "JobContext", "send_command", "FailureToAct", "INVALID_ACTION", "POLICY_ERROR", "DEADLINE", "run_trials",
+           "progress_bar", "add_stored", "check_policy", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]

@@ -3,8 +3,9 @@ the policy, and every joint state and command between them crosses DDS.
 
 For each trial (a TrialSpec, as the in-process runner takes it):
 
-- the task's perturbed scene goes to a DriverNode (backend sim, the trial's seed, no cameras,
-  paced at `real_time_factor`); the task's per-trial set-up (gains, command latency, initial
+- the task's perturbed scene goes to a DriverNode (backend sim, the trial's seed, paced at
+  `real_time_factor`; it renders the cameras the policy observes, once per policy tick of sim
+  time, and no others); the task's per-trial set-up (gains, command latency, initial
   joints, grip friction) is applied to its twin under the driver's lock, and the driver holds
   there;
 - a PolicyNode (use_sim_time, commands at the task's control rate) observes /joint_states and
@@ -77,8 +78,15 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
     executor = MultiThreadedExecutor(num_threads=3, context=context)
     driver = policy = spinner = None
     try:
+        policy = PolicyNode(context=context, parameter_overrides=[
+            Parameter("robot", value=task.robot), Parameter("policy", value=spec.policy),
+            Parameter("use_sim_time", value=True), Parameter("command_rate_hz", value=task.control_rate_hz)])
+        # The driver renders the cameras the policy observes, once per policy tick of sim time.
+        cameras = list(policy.policy.metadata.observation.cameras)
         params = [Parameter("robot", value=task.robot), Parameter("backend", value="sim"),
-                  Parameter("seed", value=spec.seed), Parameter("camera_rate_hz", value=0.0),
+                  Parameter("seed", value=spec.seed),
+                  Parameter("camera_rate_hz", value=float(task.control_rate_hz) if cameras else 0.0),
+                  Parameter("cameras", value=cameras or [""]),
                   Parameter("real_time_factor", value=float(real_time_factor))]
         if spec.control_rate_hz is not None:
             params.append(Parameter("control_rate_hz", value=spec.control_rate_hz))
@@ -90,9 +98,6 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
             task.start(twin)
             driver.loop.hold_here()
             start = twin.time
-        policy = PolicyNode(context=context, parameter_overrides=[
-            Parameter("robot", value=task.robot), Parameter("policy", value=spec.policy),
-            Parameter("use_sim_time", value=True), Parameter("command_rate_hz", value=task.control_rate_hz)])
 
         def poses():
             with lock:

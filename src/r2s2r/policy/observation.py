@@ -16,7 +16,7 @@ import numpy as np
 from r2s2r.contract.names import Topics
 from r2s2r.contract.sync import ApproximateTimeSynchronizer
 from r2s2r.contract.types import JointSample
-from r2s2r.policy.types import Observation, ObservationSpace, PolicyError
+from r2s2r.policy.types import ActionSpace, Observation, ObservationSpace, PolicyError
 
 JOINTS = Topics.JOINT_STATES  # the synchroniser's key for joint states
 
@@ -33,17 +33,19 @@ class JointLayout:
         return cls({g.name: tuple(g.joints) for g in robot.groups},
                    {g.name: tuple(g.joints) for g in robot.grippers})
 
-    def check(self, space: ObservationSpace) -> None:
+    def check(self, space: ActionSpace) -> None:
+        """That what a policy observes or commands (an ObservationSpace or ActionSpace) is the robot's."""
+        verb = "observes" if isinstance(space, ObservationSpace) else "commands"
         for group, n in space.joints.items():
             if group not in self.groups:
-                raise PolicyError(f"the policy observes joint group {group!r}; the robot's groups are "
+                raise PolicyError(f"the policy {verb} joint group {group!r}; the robot's groups are "
                                   f"{', '.join(self.groups)}")
             if len(self.groups[group]) != n:
-                raise PolicyError(f"the policy observes {n} joints in group {group!r}; the robot has "
+                raise PolicyError(f"the policy {verb} {n} joints in group {group!r}; the robot has "
                                   f"{len(self.groups[group])} ({', '.join(self.groups[group])})")
         unknown = [g for g in space.grippers if g not in self.grippers]
         if unknown:
-            raise PolicyError(f"the policy observes grippers {unknown}; the robot's grippers are "
+            raise PolicyError(f"the policy {verb} grippers {unknown}; the robot's grippers are "
                               f"{', '.join(self.grippers) or 'none'}")
 
     def split(self, sample: JointSample) -> tuple[dict[str, np.ndarray], dict[str, float]]:

@@ -224,6 +224,13 @@ class PolicyRuntime:
                 self._chunks.clear()
                 self._hold_reason = f"deadline miss: inference took longer than {self.config.deadline_s:g} s"
 
+    def wants_observation(self, now: float) -> bool:
+        """Whether step(now, ...) will hand its observation to the policy: a caller that renders
+        images for it (the in-process runner) renders only then."""
+        with self._lock:
+            self._collect(now)
+            return self._inflight is None and now + TICK_EPS >= self._next_request
+
     def _maybe_infer(self, now: float, observation: Observation) -> None:
         if self._inflight is not None or now + TICK_EPS < self._next_request:
             return
