@@ -17,7 +17,7 @@ from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.robots import registry
 from r2s2r.robots.model import subtree
-from r2s2r.sim.collision import DEFAULT_MARGIN_M, CollisionGuard
+from r2s2r.sim.collision import DEFAULT_MARGIN_M, FINGER_DEPTH_M, CollisionGuard
 from r2s2r.sim.scene import ObjectSpec, Scene, load_scene
 from tests.backend_helpers import hostile_round, send_to_controller
 from tests.test_twin_servos import SPEED_TOLERANCE
@@ -26,9 +26,14 @@ ROBOTS = sorted(registry())
 SWEEP = 1.0  # rad, of the first joint in the stop-short test
 
 
+def stack_scene_path(name: str) -> str:
+    """The scene file the robot's sim stack runs (config/scenes/<robot>_table.yaml)."""
+    return "config/scenes/franka_table.yaml" if name == "franka_fr3" else f"config/scenes/{name}_table.yaml"
+
+
 def stack_scene(name: str) -> Scene:
-    """The scene the robot's sim stack runs (config/scenes/<robot>_table.yaml)."""
-    return load_scene("config/scenes/franka_table.yaml" if name == "franka_fr3" else f"config/scenes/{name}_table.yaml")
+    """The scene the robot's sim stack runs."""
+    return load_scene(stack_scene_path(name))
 
 
 def robot_contacts(twin, robot, exclude_objects: bool = True) -> list[tuple[str, str, float]]:
@@ -208,3 +213,39 @@ def test_a_hand_resting_near_the_table_moves_away_as_fast_as_the_limits_allow():
     # The time-optimal profile's peak: full speed, or where accelerating meets braking.
     assert max(speeds) > 0.9 * min(lim.velocity[1], np.sqrt(0.6 * lim.acceleration[1]))
     np.testing.assert_allclose(controller.limiter.position, lifted, atol=1e-9)
+
+
+def test_a_finger_touching_the_table_is_not_driven_into_it_at_speed():
+    """Slowly a finger may touch the table (up to FINGER_DEPTH_M deep); a motion from there that
+    presses it deeper stops short, fast or slow, however far below the target lies."""
+    robot = registry()["franka_fr3"]
+    hw = SimHardware(stack_scene("franka_fr3"))
+    hw.connect()
+    loop = ControlLoop(hw)
+    guard, openings, lim = loop.guard, loop.controller.gripper_openings(), loop.limits
+    resting = np.array([0.561, 0.904, -0.507, -1.720, -0.300, 2.391, -0.277])
+
+    def depth(pose) -> float:
+        return guard.clearance(pose, openings, slow=False).distance
+    low, high = 0.0, 0.3  # the shoulder lowered by `low` leaves the finger above the table, by `high` in it
+    for _ in range(40):
+        mid = (low + high) / 2
+        pose = resting.copy()
+        pose[1] += mid
+        low, high = (mid, high) if depth(pose) > -0.001 else (low, mid)
+    touching = resting.copy()
+    touching[1] += low
+    assert -0.002 < depth(touching) < 0 and guard.clearance(touching, openings).clear
+    controller = JointController(robot, touching, velocity=lim.velocity, acceleration=lim.acceleration,
+                                 lower=lim.lower, upper=lim.upper, guard=guard)
+    deeper = touching.copy()
+    deeper[1] += 0.3
+    # A target below the table, as one taken while the arm was elsewhere would be (command_positions
+    # refuses it here): the motion check alone stands between the finger and the table.
+    controller.groups["arm"].target = deeper
+    deepest = 0.0
+    for i in range(int(1.0 / loop.dt)):
+        controller.update(i * loop.dt, loop.dt)
+        deepest = min(deepest, depth(controller.limiter.position))
+    assert controller.stats.stopped_short > 0
+    assert deepest > -FINGER_DEPTH_M - 1e-3, f"the finger went {-deepest * 1000:.1f} mm into the table"

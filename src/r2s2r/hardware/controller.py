@@ -308,6 +308,8 @@ class JointController:
             reference = self.clearance
         else:  # at speed the fingers keep the margins: where they are within one, no closer than they are
             reference = last if self._fast_clearance is None else self._fast_clearance
+            if reference.distance < 0:  # touching (allowed slowly): out of contact only slowly, no slack
+                reference = self.clearance
         if self.guard.blocks(worst, reference):
             return worst
         # At speed `last` is measured with the stricter rule: no clearer than the slow one there.
