@@ -282,3 +282,36 @@ def test_eval_draws_within_a_named_envelope(tmp_path, capsys):
     assert main(["eval", "--task", "franka_block_in_bowl", "--policy", HOLD, "--trials", "2", "--envelope", "nope",
                  "--no-progress", "--out", str(tmp_path)]) == 2
     assert "no envelope 'nope'; envelopes: operating" in capsys.readouterr().err
+
+
+def test_eval_in_the_users_own_scene(tmp_path, capsys):
+    """--scene runs a task in another scene file (a user's cell): the task's factors that do not
+    apply to it are named in one line (here the table's colour, and the variant pool built for the
+    task's own scene), and --skip-missing-factors evaluates without them; the trials carry the
+    scene, so workers, the store and replay run them there."""
+    import yaml
+
+    from r2s2r.cli import main
+    from r2s2r.eval.store import TrialStore
+    from r2s2r.eval.tasks import task_in_scene
+    scene = yaml.safe_load((REPO / "config" / "tasks" / "franka_block_in_bowl.yaml").read_text())["scene"]
+    scene["table"]["rgba"] = [0.5, 0.5, 0.5, 1.0]  # not one of table_colour's choices' nominal (wood)
+    scene["objects"][0]["pos"] = [0.5, 0.1, 0.025]  # the block where this cell has it
+    mine = tmp_path / "cells" / "my_cell.yaml"
+    mine.parent.mkdir()
+    mine.write_text(yaml.safe_dump(scene))
+    expert = "scripted:franka_block_in_bowl"
+    base = ["eval", "--task", "franka_block_in_bowl", "--scene", str(mine), "--policy", expert, "--trials", "2",
+            "--no-progress", "--no-images", "--factors", "block_yaw"]
+    assert main(base + ["--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "table_colour (" in err and "scene_variant (its pool" in err, err
+    assert f"r2s2r variants {mine}" in err and "--skip-missing-factors" in err
+    out = tmp_path / "mine"
+    assert main(base + ["--skip-missing-factors", "--out", str(out)]) == 0
+    with TrialStore(out / "trials.sqlite") as store:
+        results = store.results()
+    assert len(results) == 2 and {r.task for r in results} == {task_in_scene("franka_block_in_bowl", mine)}
+    task = load_task(results[0].task)  # what a worker loads: the user's scene, its block where the cell has it
+    assert task.scene().source == str(mine) and task.scene().objects[0].pos[:2] == pytest.approx((0.5, 0.1))
+    assert "table_colour" not in task.perturbations.names and "block_yaw" in task.perturbations.names

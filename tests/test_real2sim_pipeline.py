@@ -211,6 +211,24 @@ def test_align_command_writes_the_report_and_the_fitted_files(cell, arm_fit, tmp
     assert dynamics["joints"]["fr3_joint1"]["kp"] == pytest.approx(4500 * arm_fit.values["arm.kp_scale"])
     assert load_scene(out / "fitted_scene.yaml").robot == "franka_fr3"
 
+    # ... and evaluating in the fitted cell (docs/real2sim.md's last step): a task written for
+    # another scene runs in this one, without the factors the cell lacks, on the fitted twin.
+    from r2s2r.eval.runner import TrialObserver, TrialWorker
+    from r2s2r.eval.store import TrialStore
+    evaluated = tmp_path / "eval"
+    assert cli.main(["eval", "--task", "tests/data/franka_point_at_block.yaml", "--scene", str(out / "fitted_scene.yaml"),
+                     "--skip-missing-factors", "--policy", "scripted:hold", "--trials", "2", "--no-progress",
+                     "--no-images", "--out", str(evaluated)]) == 0
+    with TrialStore(evaluated / "trials.sqlite") as store:
+        (trial, _) = store.results()
+
+    class Gains(TrialObserver):
+        def start(self, twin, loop, task):
+            self.kp = twin.model.actuator_gainprm[twin.model.actuator("fr3_joint1").id, 0]
+    gains = Gains()
+    TrialWorker().run(trial.spec, gains)
+    assert gains.kp == pytest.approx(dynamics["joints"]["fr3_joint1"]["kp"])
+
 
 # -- objects: mass and friction, held-out final positions, outcomes, the fitted files ---------------------
 OBJECT_HIDDEN = {"block.mass": 0.27, "block.friction": 0.42}  # the scene says 0.15 kg and 0.6: x1.8, x0.7

@@ -64,6 +64,10 @@ class _ShowDefaults(argparse.HelpFormatter):
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="a task name (config/tasks) or task YAML")
+    p.add_argument("--scene", default=None,
+                   help="run the task in this scene YAML instead of its own (your reconstructed or fitted cell)")
+    p.add_argument("--skip-missing-factors", action="store_true",
+                   help="with --scene: leave out the task's factors that act on what the scene lacks")
     p.add_argument("--workers", type=_count(1, 1024), default=1, help="parallel trials (processes, or Ray actors)")
     p.add_argument("--backend", choices=("process", "ray"), default="process", help="local process pool or Ray")
     p.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray)")
@@ -79,6 +83,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _task(args):
+    """The task, in the user's scene when --scene gives one, and the reference its trials carry."""
+    from r2s2r.eval.tasks import load_task, task_in_scene
+    task = load_task(args.task, args.scene, args.skip_missing_factors)
+    return task, task_in_scene(args.task, args.scene) if args.scene else args.task
+
+
 def _slug(policy: str) -> str:
     """A folder name for a policy: a config file's stem, or the URI with its odd characters replaced."""
     text = Path(policy).stem if policy.endswith((".yaml", ".yml")) else policy
@@ -90,13 +101,12 @@ def _eval(args) -> int:
     from r2s2r.eval.runner import TrialPool, check_policy, plan_eval, run_trials
     from r2s2r.eval.stats import rank_checkpoints, wilson
     from r2s2r.eval.store import TrialStore
-    from r2s2r.eval.tasks import load_task
     from r2s2r.search.atlas import build_atlas
     from r2s2r.search.campaign import campaign_name
 
     if args.trials < 1:
         raise ValueError(f"--trials {args.trials}; expected 1 or more")
-    task = load_task(args.task)
+    task, task_ref = _task(args)
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     factors = _factors(args.factors)
@@ -105,14 +115,14 @@ def _eval(args) -> int:
     outcomes, per_policy = {}, {}
     with TrialStore(store_path) as store, TrialPool(args.workers, args.backend, args.address) as pool:
         for policy in args.policy:
-            config = {"kind": "eval", "task": args.task, "policy": policy, "trials": args.trials, "seed": args.seed,
+            config = {"kind": "eval", "task": task_ref, "policy": policy, "trials": args.trials, "seed": args.seed,
                       "factors": factors, "nominal": args.nominal, "control_rate_hz": args.control_rate}
             if args.envelope:  # only when given: campaigns from before the option keep their names
                 config["envelope"] = args.envelope
             name = campaign_name("eval", config)
             store.open_campaign(name, config)
             planned = plan_eval(policy, task, args.trials, args.seed, factors, args.nominal, args.control_rate,
-                                args.task, args.envelope)
+                                task_ref, args.envelope)
             results = run_trials(planned, store, name, progress=not args.no_progress, pool=pool)
             per_policy[policy] = (name, results)
             outcomes[policy] = {i: r.success for i, r in enumerate(results)}  # trial i: same inputs for every policy
@@ -131,7 +141,7 @@ def _eval(args) -> int:
         for k, (policy, (name, results)) in enumerate(per_policy.items()):
             folder = out if len(per_policy) == 1 else out / f"{k}_{_slug(policy)}"
             atlas = build_atlas(results, task.perturbations, factors)
-            meta = {"task": args.task, "policy": policy, "sampler": "nominal" if args.nominal else "uniform",
+            meta = {"task": task_ref, "policy": policy, "sampler": "nominal" if args.nominal else "uniform",
                     "campaign": name, "seed": args.seed, "store": str(store_path)}
             if args.envelope:
                 meta["envelope"] = args.envelope
@@ -155,21 +165,20 @@ def _search(args) -> int:
     from r2s2r.eval.report import write_report
     from r2s2r.eval.stats import wilson
     from r2s2r.eval.store import TrialStore
-    from r2s2r.eval.tasks import load_task
     from r2s2r.eval.runner import check_policy
     from r2s2r.search.campaign import run_search
 
     options = _sampler_options(args.sampler_option)
-    task = load_task(args.task)
+    task, task_ref = _task(args)
     check_policy(args.policy, task)  # before any worker starts: one line, not a worker's traceback
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     with TrialStore(store_path) as store:
         search = run_search(task, args.policy, args.budget, args.sampler, args.seed, args.batch, _factors(args.factors),
                             args.workers, args.backend, args.address, store, args.refine_steps, args.control_rate,
-                            progress=not args.no_progress, task_ref=args.task, envelope=args.envelope,
+                            progress=not args.no_progress, task_ref=task_ref, envelope=args.envelope,
                             sampler_options=options)
-        meta = {"task": args.task, "policy": args.policy, "sampler": args.sampler, "campaign": search.campaign,
+        meta = {"task": task_ref, "policy": args.policy, "sampler": args.sampler, "campaign": search.campaign,
                 "seed": args.seed, "budget": args.budget, "store": str(store_path)}
         if options:
             meta["sampler_options"] = options

@@ -174,9 +174,25 @@ def _logic_class(top: Section) -> type[TaskLogic]:
     return logic
 
 
-def load_task(name_or_path: str | Path) -> Task:
-    """A task by name (config/tasks/<name>.yaml) or by path; errors name the file, key and expectation."""
+SCENE_SEPARATOR = "@"  # TASK@SCENE.yaml: the task in another scene (a user's own cell)
+
+
+def task_in_scene(task: str, scene: str | Path) -> str:
+    """The reference of `task` run in the scene file `scene` (what trial specs and workers carry)."""
+    return f"{task}{SCENE_SEPARATOR}{Path(scene).resolve()}"
+
+
+def load_task(name_or_path: str | Path, scene: str | Path | None = None, skip_missing: bool = False) -> Task:
+    """A task by name (config/tasks/<name>.yaml) or by path; errors name the file, key and expectation.
+
+    `scene`: a scene file to run the task in instead of its own (a user's reconstructed or fitted
+    cell); also given as TASK@SCENE.yaml. The task's perturbation space applies to it: factors that
+    act on what the scene lacks are refused in one line naming them, or left out with
+    `skip_missing` (a TASK@SCENE reference leaves them out: the command that made it checked)."""
     text = str(name_or_path)
+    head, sep, tail = text.rpartition(SCENE_SEPARATOR)
+    if sep and tail.endswith((".yaml", ".yml")) and scene is None:
+        text, scene, skip_missing = head, tail, True
     if text.endswith((".yaml", ".yml")) or Path(text).is_file():
         path = paths.resolve(text)
     else:
@@ -187,14 +203,25 @@ def load_task(name_or_path: str | Path) -> Task:
     top.reject_unknown({"name", "description", "logic", "time_limit_s", "control_rate_hz", "scene",
                         "perturbations", "graspable", "params"})
     raw_scene = top.raw("scene")
-    if isinstance(raw_scene, str):
+    own_scene = scene is None  # the space was written for it: a factor that misses is the file's mistake
+    if scene is not None:
+        scene_path = paths.resolve(scene)
+        if not scene_path.is_file():
+            raise ConfigError(str(scene), "", "a scene YAML (what r2s2r reconstruct or align --fit writes)",
+                              "no such file")
+        scene = load_scene(scene_path)
+    elif isinstance(raw_scene, str):
         scene = load_scene(_beside(path, raw_scene))
     elif isinstance(raw_scene, dict):
         scene = parse_scene(raw_scene, f"{path}: scene")
     else:
         raise top.error("scene", "a scene mapping or the path of a scene YAML", raw_scene)
     if top.has("perturbations"):
-        space = load_space(_beside(path, top.string("perturbations")), scene)
+        space = load_space(_beside(path, top.string("perturbations")), scene, skip_missing=not own_scene)
+        if space.skipped and not skip_missing:
+            raise ConfigError(space.source, "factors", f"factors that apply to {scene.source}; "
+                              + ", ".join(f"{n} ({why})" for n, why in space.skipped.items())
+                              + " do not (--skip-missing-factors evaluates without them)")
     else:
         space = PerturbationSpace((), scene, f"{path}: perturbations")
     graspable = tuple(top.raw("graspable", []) or [])
@@ -213,4 +240,4 @@ def load_task(name_or_path: str | Path) -> Task:
                 source=str(path))
 
 
-__all__ = ["Outcome", "Task", "TaskLogic", "load_task", "task_names"]
+__all__ = ["Outcome", "Task", "TaskLogic", "load_task", "task_in_scene", "task_names", "SCENE_SEPARATOR"]

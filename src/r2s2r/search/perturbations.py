@@ -193,11 +193,13 @@ class PerturbationSpace:
     """Named factors over a scene; see the module docstring for the YAML and the kinds."""
 
     def __init__(self, factors: tuple[Factor, ...], scene: Scene, source: str = "<perturbations>",
-                 envelopes: Mapping[str, Mapping[str, tuple[float, float]]] | None = None):
+                 envelopes: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+                 skipped: Mapping[str, str] | None = None):
         self.factors = factors
         self.scene = scene
         self.source = source
         self.envelopes = dict(envelopes or {})
+        self.skipped = dict(skipped or {})  # factors left out because they do not apply to the scene: why
         self._by_name = {f.name: f for f in factors}
 
     def within(self, envelope: str) -> "PerturbationSpace":
@@ -482,8 +484,10 @@ def _read_pool(sec: Section, scene: Scene) -> tuple[PoolVariant, ...]:
     base = _scene_file(top, "base", path.parent)
     differs = _differences(base, scene)
     if differs:
-        raise top.error("base", f"variants of the task's scene ({scene.source}); regenerate the pool from it "
-                                "with `r2s2r variants`", f"variants of another scene ({differs})")
+        raise _NotApplicable(sec.string("name"), f"its pool {path} holds variants of {base.source}; build one "
+                             f"for this scene with `r2s2r variants {scene.source} --out POOL_DIR`",
+                             top.error("base", f"variants of the task's scene ({scene.source}); regenerate the pool "
+                                       "from it with `r2s2r variants`", f"variants of another scene ({differs})"))
     pool = []
     for v in top.sections("variants"):
         v.reject_unknown({"index", "factor", "target", "value", "file"})
@@ -541,9 +545,12 @@ def _factor(sec: Section, scene: Scene, taken: set[str]) -> Factor:
         target = sec.string("target")
         if target not in known:
             article = "an" if target_type[0] in "aeiou" else "a"
-            raise sec.error("target", f"{article} {target_type} of the scene: " + (", ".join(known) or "none"), target)
+            raise _NotApplicable(name, f"no {target_type} {target}",
+                                 sec.error("target", f"{article} {target_type} of the scene: " + (", ".join(known) or "none"),
+                                           target))
     elif kind in ("table_color", "table_friction") and scene.table is None:
-        raise sec.error("kind", "a kind that applies to this scene (it has no table)", kind)
+        raise _NotApplicable(name, "no table", sec.error("kind", "a kind that applies to this scene (it has no table)",
+                                                          kind))
     if value_type == _CHOICE:
         raw = sec.raw("choices")
         if not isinstance(raw, list) or not raw:
@@ -555,8 +562,9 @@ def _factor(sec: Section, scene: Scene, taken: set[str]) -> Factor:
             raise sec.error("nominal", f"an index into choices (0 to {len(choices) - 1})", nominal)
         own = _scene_colour(kind, target, scene)
         if not np.allclose(choices[nominal], own):
-            raise sec.error(f"choices[{nominal}]", f"the scene's own colour {list(own)} (the nominal choice)",
-                            list(choices[nominal]))
+            raise _NotApplicable(name, f"{target or 'the table'} is not {list(choices[nominal])}",
+                                 sec.error(f"choices[{nominal}]", f"the scene's own colour {list(own)} (the nominal "
+                                                                  "choice)", list(choices[nominal])))
         return replace(factor, nominal=float(nominal))
     low, high = sec.vector("range", 2)
     if low > high:
@@ -616,12 +624,30 @@ def _check_variants(top: Section, factors: Sequence[Factor]) -> None:
                                 f"(variant {v.index}, {v.scene.source}, has {', '.join(clash)})", clash)
 
 
-def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> PerturbationSpace:
+class _NotApplicable(Exception):
+    """A factor that acts on something the scene lacks (or a colour it does not have)."""
+
+    def __init__(self, name: str, why: str, error: ConfigError):
+        super().__init__(name, why)
+        self.name, self.why, self.error = name, why, error
+
+
+def parse_space(data: dict, scene: Scene, source: str = "<perturbations>",
+                skip_missing: bool = False) -> PerturbationSpace:
+    """`skip_missing`: leave out the factors that act on what `scene` lacks (another scene than
+    the one the space was written for, e.g. a user's own cell), instead of refusing the space."""
     top = Section(data, source)
     top.reject_unknown({"factors", "envelopes", "description", "task"})
     factors: list[Factor] = []
+    skipped: list[_NotApplicable] = []
     for sec in top.sections("factors"):
-        factor = _factor(sec, scene, {f.name for f in factors})
+        try:
+            factor = _factor(sec, scene, {f.name for f in factors} | {n.name for n in skipped})
+        except _NotApplicable as missing:
+            if not skip_missing:
+                raise missing.error from None
+            skipped.append(missing)
+            continue
         twin = next((f for f in factors if (f.kind, f.target) == (factor.kind, factor.target)), None)
         if twin is not None:
             raise sec.error("kind", f"a kind and target no other factor has ({twin.name} is {factor.kind} of "
@@ -629,14 +655,19 @@ def parse_space(data: dict, scene: Scene, source: str = "<perturbations>") -> Pe
         factors.append(factor)
     _check_variants(top, factors)
     envelopes_sec = top.section("envelopes", {})
-    envelopes = {str(name): _envelope(envelopes_sec.section(name), factors) for name in envelopes_sec.data}
-    return PerturbationSpace(tuple(factors), scene, source, envelopes)
+    gone = {n.name for n in skipped}
+    envelopes = {str(name): _envelope(Section({k: v for k, v in envelopes_sec.section(name).data.items() if k not in gone},
+                                              envelopes_sec.source, envelopes_sec.key(name)), factors)
+                 for name in envelopes_sec.data}
+    return PerturbationSpace(tuple(factors), scene, source, envelopes, {n.name: n.why for n in skipped})
 
 
-def load_space(path: str | Path, scene: Scene) -> PerturbationSpace:
-    """A PerturbationSpace over `scene` from YAML; errors name the file, the key and what was expected."""
+
+def load_space(path: str | Path, scene: Scene, skip_missing: bool = False) -> PerturbationSpace:
+    """A PerturbationSpace over `scene` from YAML; errors name the file, the key and what was
+    expected. `skip_missing`: see parse_space."""
     resolved = paths.resolve(path)
-    return parse_space(load_yaml(resolved), scene, str(resolved))
+    return parse_space(load_yaml(resolved), scene, str(resolved), skip_missing)
 
 
 # -- run-time settings ---------------------------------------------------------------------------
