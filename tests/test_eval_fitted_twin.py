@@ -5,6 +5,7 @@ baseline, and an actuator_gain perturbation scales those, not the RobotSpec's no
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -61,3 +62,52 @@ def test_the_fitted_gains_are_the_baseline_a_perturbation_scales(fitted_task, sc
     assert result.stage in ("success", "too_near", "hazard"), result
     np.testing.assert_allclose(observer.kp, nominal_kp * KP_FIT * scale, rtol=1e-12)
     np.testing.assert_allclose(observer.kv, nominal_kv * KV_FIT * scale, rtol=1e-12)
+
+
+class Trajectory(TrialObserver):
+    """Each policy tick's time, command and the arm's joint positions after the tick."""
+
+    def start(self, twin, loop, task):
+        self.loop, self.ticks = loop, []
+
+    def tick(self, twin, loop, observation, command):
+        self.ticks.append((observation.stamp, command, loop.sample().positions_of(FR3.joint_names).copy()))
+
+
+def test_an_evaluation_of_a_fitted_scene_moves_as_the_driver_steps_the_fitted_twin(fitted_task, tmp_path):
+    """The chain a fitted cell's evaluation runs: the scene names the fitted dynamics, the runner's
+    trial follows a moving target, and the same commands stepped through the driver's own core
+    (SimHardware of the scene, ControlLoop) give the same joint positions, bit for bit; the nominal
+    twin's differ (its stiffer servos lag less)."""
+    from r2s2r.eval.runner import send_command
+    from r2s2r.eval.tasks import load_task
+    from r2s2r.hardware.loop import ControlLoop
+    from r2s2r.hardware.sim import SimHardware
+
+    goal = FR3.home_positions + np.array([0.4, 0.3, 0.0, -0.3, 0.0, 0.3, 0.0])
+    policy = tmp_path / "goto.yaml"
+    policy.write_text(yaml.safe_dump({"uri": "scripted:goto", "params": {"goal": {"arm": goal.tolist()}}}))
+    spec = TrialSpec.of(str(policy), fitted_task, {}, seed=3)
+    trial = Trajectory()
+    TrialWorker().run(spec, trial)
+    assert len(trial.ticks) >= 3
+
+    def driven(scene) -> np.ndarray:
+        hardware = SimHardware(scene, seed=spec.seed)
+        hardware.connect()
+        loop = ControlLoop(hardware)
+        loop.hold_here()
+        positions = []
+        for k, (now, command, _) in enumerate(trial.ticks):
+            assert hardware.now == now
+            if command is not None:
+                assert send_command(loop.controller, command, now) == []
+            loop.run_until(trial.ticks[k + 1][0] if k + 1 < len(trial.ticks) else now + 1.0 / 20.0)
+            positions.append(loop.sample().positions_of(FR3.joint_names).copy())
+        return np.array(positions)
+    scene = load_task(fitted_task).scene()
+    assert scene.dynamics is not None
+    recorded = np.array([p for _, _, p in trial.ticks])
+    assert np.array_equal(driven(scene), recorded)
+    nominal = driven(replace(scene, dynamics=None))
+    assert np.max(np.abs(nominal - recorded)) > 1e-4
