@@ -176,7 +176,7 @@ class XArmHardware(Hardware):
         self._first_report = threading.Event()
         self._silence = SilenceClock(self.link_timeout_s, 0.0)  # since the last report
         self._servo: LatestWorker | None = None  # sends servo-j
-        self._servo_since: float | None = None  # when the servo-j call in flight was made
+        self._servo_wait: SilenceClock | None = None  # since the servo-j call in flight was made
         self._status: LatestWorker | None = None  # gripper commands, gripper and error-code polls
         self._link_lost = ""  # why, once the link is gone: read/write keep failing until connect()
         self._fault = ""  # a controller fault that reset() may clear
@@ -363,7 +363,7 @@ class XArmHardware(Hardware):
             self._gripper_sent, self._gripper_pulses = None, math.nan
             if self._use_gripper:
                 self._start_gripper(api)
-        self._servo_since = None
+        self._servo_wait = None
         self._servo = LatestWorker(f"xarm-servo-{ip}", functools.partial(self._send_servo, api))
         self._status = LatestWorker(f"xarm-status-{ip}", functools.partial(self._send_gripper, api),
                                     functools.partial(self._poll_status, api),
@@ -412,11 +412,11 @@ class XArmHardware(Hardware):
 
     # -- worker-thread calls (blocking SDK calls) ------------------------------------------------
     def _send_servo(self, api, target: list[float]) -> None:
-        self._servo_since = time.monotonic()
+        self._servo_wait = SilenceClock(SERVO_REPLY_PATIENCE * self.link_timeout_s, time.monotonic())
         try:
             code = api.set_servo_angle_j(target)
         finally:
-            self._servo_since = None
+            self._servo_wait = None
         if code in LINK_CODES:
             raise _ServoRefused(f"set_servo_angle_j: no answer from {self.config.ip} within "
                                 f"{1000 * self.link_timeout_s:.0f} ms (SDK code {code})", link=True)
@@ -506,10 +506,10 @@ class XArmHardware(Hardware):
         A dead controller is caught within link_timeout_s by its silent report stream; a reply
         merely delayed (a busy host, the SDK's shared command lock) gets SERVO_REPLY_PATIENCE
         times that before it, too, counts as a lost link."""
-        since = self._servo_since
-        if since is not None and time.monotonic() - since > SERVO_REPLY_PATIENCE * self.link_timeout_s:
-            self._lose_link(f"set_servo_angle_j unanswered by {self.config.ip} for "
-                            f"{1000 * (time.monotonic() - since):.0f} ms")
+        wait = self._servo_wait  # a stall of this host's own grants the reply a fresh patience, as for reports
+        waited = wait.silence(time.monotonic()) if wait is not None else 0.0
+        if waited > SERVO_REPLY_PATIENCE * self.link_timeout_s:
+            self._lose_link(f"set_servo_angle_j unanswered by {self.config.ip} for {1000 * waited:.0f} ms")
         failure = self._servo.take_error()
         if failure is None:
             return
