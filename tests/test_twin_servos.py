@@ -42,7 +42,7 @@ PUBLISHED_TORQUE = {
 HOLD_FRACTION = 0.85
 
 # Measured speed may exceed the limit by this much. With every servo critically damped and its
-# setpoints interpolated, the worst measured over seeds 0-2 was 1.039x (Rizon 4; RB-Y1 1.035x,
+# setpoints interpolated, the worst measured over seeds 0-2 was 1.039x (Rizon 4; RB-Y1 1.026x,
 # FR3 1.033x, position differences and reported velocities alike): the other joints' motion
 # pushes through the off-diagonal inertia and Coriolis terms, which no joint's own damping
 # removes. Accelerations have no tolerance: the twin plans with a share of them where that push
