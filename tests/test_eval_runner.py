@@ -3,6 +3,7 @@
 Trials run a synthetic task (tests/eval_helpers.py): a real twin and trial loop, a fifth of a
 second each, with failure regions known in closed form."""
 
+import json
 import math
 import os
 import signal
@@ -238,6 +239,15 @@ def test_a_policy_that_fails_to_act_is_a_recorded_outcome_and_the_campaign_goes_
     assert overshoot.metrics["commands_rejected"] > 0
     assert raises.stage == "policy_error" and "the test policy's network failed" in raises.detail, raises.detail
     assert hold.detail == "" and hold.stage == "too_near"
+    # The report counts them in rows of their own, with the first message of each.
+    from r2s2r.eval.report import write_report
+    page = write_report(tmp_path / "report", results, load_task(task_file).perturbations, {"task": "t"}, images=False)
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["failed_to_act"] == {
+        "invalid_action": {"trials": 1, "first": overshoot.detail, "trial": overshoot.id},
+        "policy_error": {"trials": 1, "first": raises.detail, "trial": raises.id}}
+    text = page.read_text()
+    assert "Where the policy failed to act" in text and "the test policy&#x27;s network failed" in text
 
 
 def test_a_store_from_before_the_detail_column_opens_and_gains_it(tmp_path):

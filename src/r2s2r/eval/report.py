@@ -176,9 +176,13 @@ def summarise(results, meta: dict, atlas=None, boundaries=(), ranking=None) -> d
     k = sum(r.success for r in results)
     rate = wilson(k, n)
     stages: dict[str, int] = {}
+    failed_to_act: dict[str, dict] = {}  # a policy's refused command, error or missed deadline: why, first seen
     for r in results:
         stages[r.stage] = stages.get(r.stage, 0) + 1
-    summary = {**meta, "trials": n, "successes": k, "failures": n - k,
+        if r.detail:
+            entry = failed_to_act.setdefault(r.stage, {"trials": 0, "first": r.detail, "trial": r.id})
+            entry["trials"] += 1
+    summary = {**meta, "trials": n, "successes": k, "failures": n - k, "failed_to_act": failed_to_act,
                "success_rate": {"rate": rate.rate if n else None, "wilson95": [rate.low, rate.high]},
                "stages": dict(sorted(stages.items())),
                "clusters": [] if atlas is None else [
@@ -215,6 +219,11 @@ def write_report(out_dir: str | Path, results, space, meta: dict, atlas=None, bo
              f"<b>{rate.rate:.1%}</b> (95% Wilson interval {rate.low:.1%} &ndash; {rate.high:.1%})"
              if summary["trials"] else "<p class=big>no trials</p>"]
     parts.append(_table(["outcome", "trials"], [(_esc(s), c) for s, c in summary["stages"].items()]))
+    if summary["failed_to_act"]:
+        parts.append("<h2>Where the policy failed to act</h2>")
+        parts.append(_table(["stage", "trials", "first message", "trial"],
+                            [(_esc(stage), e["trials"], _esc(e["first"]), f"<code>{e['trial']}</code>")
+                             for stage, e in sorted(summary["failed_to_act"].items())]))
     if ranking is not None:
         parts.append("<h2>Ranking</h2>")
         parts.append(_table(["rank", "policy", "success rate", "95% interval", "trials"],
