@@ -59,8 +59,11 @@ def run(make_node: Callable[[], Node], args=None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:  # a node that cannot start says why, once, and exits non-zero
-        print(f"[fatal] {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        code = 1
+        if node is not None and not rclpy.ok():
+            pass  # a node that ended itself (rclpy.try_shutdown) raced the executor's next wait: done
+        else:
+            print(f"[fatal] {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            code = 1
     finally:
         if node is not None:
             close = getattr(node, "close", None)
