@@ -230,11 +230,10 @@ class TrialWorker:
         """The renderer of a cached twin's cameras (sim.render.TwinRenderer, the renderer the driver's
         cameras use), made on first use: a policy that observes no camera never makes one."""
         from r2s2r.sim.render import TwinRenderer
-        key = (task_name, scene)
-        renderer = self._renderers.get(key)
-        if renderer is None or renderer.twin is not twin:
-            renderer = self._renderers[key] = TwinRenderer(twin)
-        return renderer
+        key = (task_name, scene)  # evicted with its twin (twin())
+        if key not in self._renderers:
+            self._renderers[key] = TwinRenderer(twin)
+        return self._renderers[key]
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
         try:
