@@ -50,30 +50,25 @@ class FrankySim:
             self.process.stdout.close()
 
 
-class XArmEmulatorProcess:
-    """tests/emulators/xarm_emulator.py in a process of its own: the controller then never waits
-    on the test process's own threads (its DDS client, other peers)."""
+class _EmulatorProcess:
+    """One of tests/emulators as a process of its own, ahead of the test's own processes where we
+    may (root, as in CI): a real controller or servo is a machine of its own and does not wait
+    for the test process's threads (its DDS client, other peers) or our CPU."""
 
-    def __init__(self, host: str):
-        self.host = host
-        self.process = None
-
-    def start(self) -> "XArmEmulatorProcess":
+    def _spawn(self, args: list, ready: str, what: str) -> None:
+        """Start `python -m tests.emulators.<args>` and wait for its line containing `ready`."""
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        # Ahead of the test's own processes where we may (root, as in CI): a real controller is a
-        # machine of its own, its report stream does not wait for our CPU.
-        self.process = subprocess.Popen([sys.executable, "-u", "-m", "tests.emulators.xarm_emulator",
-                                         "--host", self.host, "--log-level", "WARNING"], cwd=repo,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        preexec_fn=_raise_priority)
+        self.process = subprocess.Popen([sys.executable, "-u", "-m", *args], cwd=repo, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, preexec_fn=_raise_priority)
         lines = []
         for line in self.process.stdout:
             lines.append(line)
-            if "emulator running" in line:
+            if ready in line:
+                # Keep reading what it prints, so a full pipe never stalls it.
                 threading.Thread(target=self.process.stdout.read, daemon=True).start()
-                return self
+                return
         self.process.wait(5)
-        pytest.fail(f"the xArm emulator did not start on {self.host}:\n{''.join(lines)}")
+        pytest.fail(f"{what} did not start:\n{''.join(lines)}")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -83,3 +78,32 @@ class XArmEmulatorProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+
+
+class XArmEmulatorProcess(_EmulatorProcess):
+    """tests/emulators/xarm_emulator.py on one loopback address."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.process = None
+
+    def start(self) -> "XArmEmulatorProcess":
+        self._spawn(["tests.emulators.xarm_emulator", "--host", self.host, "--log-level", "WARNING"],
+                    "emulator running", f"the xArm emulator on {self.host}")
+        return self
+
+
+class DynamixelBusProcess(_EmulatorProcess):
+    """One emulated Dynamixel bus (tests/emulators/dynamixel_emulator.py, a ViperX follower) behind
+    a pty at `link_path`: its servos answer within the SDK's reply window even while the test
+    process's DDS client holds the GIL."""
+
+    def __init__(self, link_path):
+        self.link_path = str(link_path)
+        self.process = None
+
+    def start(self) -> "DynamixelBusProcess":
+        # The emulator names its link once the pty and the link exist.
+        self._spawn(["tests.emulators.dynamixel_emulator", "--link", self.link_path], self.link_path,
+                    f"the Dynamixel emulator at {self.link_path}")
+        return self

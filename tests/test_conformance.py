@@ -8,7 +8,7 @@ every gripper, estop (commands are then dropped), enable, reset. The twin's own 
 
 Peers: the Franka against franky-sim (the libfranka network protocol, driven by the real
 pylibfranka), the xArm7 against our emulator of its controller and ALOHA against two emulated
-Dynamixel buses (tests/emulators; both driven by the real SDKs), Flexiv and RB-Y1
+Dynamixel buses (tests/emulators, each bus a process of its own; both driven by the real SDKs), Flexiv and RB-Y1
 against SDK stand-ins checked against the real SDKs' signatures (tests/standins).
 """
 
@@ -33,11 +33,12 @@ GRIPPER_TOLERANCE = 3e-3  # m
 
 @contextlib.contextmanager
 def aloha_peer(tmp_path):
-    from tests.emulators.dynamixel_emulator import DynamixelBus, viperx_follower
-    left = DynamixelBus(tmp_path / "ttyDXL_left", viperx_follower()).start()
-    right = DynamixelBus(tmp_path / "ttyDXL_right", viperx_follower()).start()
+    from tests.peers import DynamixelBusProcess
+    left = DynamixelBusProcess(tmp_path / "ttyDXL_left").start()
+    right = DynamixelBusProcess(tmp_path / "ttyDXL_right")
     try:
-        # The emulator answers from this busy test process: give replies the wide window.
+        right.start()
+        # Each bus answers from a process of its own; on a loaded host it still gets the wide window.
         yield {"aloha.left_port": str(left.link_path), "aloha.right_port": str(right.link_path),
                "aloha.latency_timer_ms": 45, "aloha.link_timeout_s": 0.1}, {}, ()
     finally:

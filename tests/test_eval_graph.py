@@ -30,10 +30,13 @@ def test_trials_through_the_graph_have_the_in_process_outcomes():
     # (1.3 cm in one CI run); a placement that barely made it would differ by more.
     assert abs(agreements[0].margin_difference) < 0.02, agreements[0].describe()
     assert all(r.metrics["commands_rejected"] == 0 for r in graph)
-    # Each of the expert's stages waits out the latency: 0.15 s makes the task take longer,
-    # through the graph as in-process (the driver's twin delays its setpoints).
+    # Each of the expert's stages waits out the latency: 0.15 s makes the task take longer
+    # in-process. Through the graph the task's duration is not a measure of it: a policy node
+    # starved of CPU stretches the trial by more (a loaded CI run took 2.4 s longer on the
+    # nominal trial). What shows the latency reached the graph is the driver's twin holding it to
+    # the end of the trial (the twin's own tests show it delays setpoints by that much).
     assert in_process[3].sim_time_s - in_process[0].sim_time_s > 0.5
-    assert graph[3].sim_time_s - graph[0].sim_time_s > 0.5, [r.sim_time_s for r in graph]
+    assert [r.metrics["command_latency_s"] for r in graph] == pytest.approx([0.0, 0.0, 0.0, 0.15])
 
 
 def test_a_graph_run_that_fails_is_an_error_carrying_its_output():

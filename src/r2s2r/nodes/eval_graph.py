@@ -132,6 +132,7 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
             outcome = task.outcome(twin, timed_out)
             elapsed = twin.time - start
             rejected = float(sum(driver.loop.controller.stats.rejected.values()))
+            latency = float(twin.command_latency_s)  # what the driver's twin delayed setpoints by
     finally:
         if policy is not None:
             policy.running = False  # no more ticks, so nothing is submitted while shutting down
@@ -143,6 +144,7 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
         rclpy.shutdown(context=context)
     metrics = {str(k): float(v) for k, v in outcome.metrics.items()}
     metrics["commands_rejected"] = rejected
+    metrics["command_latency_s"] = latency
     return TrialResult(id=spec.id, policy=spec.policy, task=spec.task, seed=spec.seed,
                        control_rate_hz=spec.control_rate_hz, perturbation=values, success=bool(outcome.success),
                        margin=float(outcome.margin), stage=str(outcome.stage), sim_time_s=elapsed,
