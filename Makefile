@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) bench/policy_loop.py
 	$(PY) bench/driver_loop.py
 	$(PY) bench/eval_throughput.py
+	$(PY) bench/policy_eval_throughput.py
 	$(PY) bench/search_efficiency.py
 	$(PY) bench/replay.py
 

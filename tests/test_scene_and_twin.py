@@ -125,3 +125,33 @@ def test_shadows_are_a_scene_option():
     a, b = on.rgb("scene"), off.rgb("scene")
     on.close(), off.close()
     assert not np.array_equal(a, b)
+
+
+def test_twins_of_perturbed_scenes_share_a_gl_context_with_the_same_frames():
+    """SharedContexts: twins whose scenes differ in poses and colours render through one context,
+    pixel for pixel as a renderer of their own; another model's assets get a context of their
+    own; a set of contexts garbage-collected while another is current leaves that one intact."""
+    import gc
+
+    from r2s2r.eval.tasks import load_task
+    from r2s2r.sim.render import SharedContexts
+    task = load_task("franka_block_in_bowl")
+    factor = task.perturbations.factor
+    points = [{}, {"block_x": 0.05, "block_yaw": 0.7, "camera_x": factor("camera_x").from_unit(0.9)},
+              {"block_colour": factor("block_colour").from_unit(0.9),
+               "block_scale": factor("block_scale").from_unit(0.9),
+               "light_intensity": factor("light_intensity").from_unit(0.1)}]
+    twins = [Twin(task.scene(p)) for p in points] + [Twin(Scene(robot="xarm7"))]
+    shared = SharedContexts()
+    for twin in twins:
+        with TwinRenderer(twin) as own:
+            expected = own.rgb("scene")
+        assert np.array_equal(TwinRenderer(twin, shared=shared).rgb("scene"), expected)
+    assert len(shared._contexts) == 2  # the FR3 cell's perturbed scenes, and the xArm7's
+    doomed = SharedContexts()
+    TwinRenderer(twins[1], shared=doomed).rgb("scene")
+    survivor = TwinRenderer(twins[0], shared=shared)
+    first = survivor.rgb("scene")
+    del doomed
+    gc.collect()
+    assert np.array_equal(survivor.rgb("scene"), first)

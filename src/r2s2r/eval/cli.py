@@ -17,6 +17,7 @@ from pathlib import Path
 
 DEFAULT_OUT = "r2s2r_output"
 STORE_NAME = "trials.sqlite"
+DEFAULT_POLICY_BATCH = 8  # measured: bench/policy_eval_throughput.py
 
 
 def _factors(text: str | None) -> list[str] | None:
@@ -69,6 +70,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-missing-factors", action="store_true",
                    help="with --scene: leave out the task's factors that act on what the scene lacks")
     p.add_argument("--workers", type=_count(1, 1024), default=1, help="parallel trials (processes, or Ray actors)")
+    p.add_argument("--policy-batch", type=_count(1, 1024), default=DEFAULT_POLICY_BATCH,
+                   help="trials a worker runs in lockstep, one policy call per tick for all of them, where the "
+                        "policy takes a batch (tensor models); the results are the same for any value")
     p.add_argument("--backend", choices=("process", "ray"), default="process", help="local process pool or Ray")
     p.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT (default: a local Ray)")
     p.add_argument("--seed", type=int, default=0, help="campaign seed: trial i's perturbation and seed come from it")
@@ -96,6 +100,11 @@ def _slug(policy: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "policy"
 
 
+def _policy_batch(policy, args) -> int:
+    """--policy-batch for a policy that takes a batch; 1 (one trial after another) for others."""
+    return args.policy_batch if getattr(policy, "accepts_batch", False) else 1
+
+
 def _eval(args) -> int:
     from r2s2r.eval.report import write_report
     from r2s2r.eval.runner import TrialPool, check_policy, plan_eval, run_trials
@@ -110,8 +119,9 @@ def _eval(args) -> int:
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     factors = _factors(args.factors)
-    for policy in args.policy:  # before any worker starts: one line, not a worker's traceback
-        check_policy(policy, task)
+    batches = {}  # before any worker starts: one line, not a worker's traceback
+    for policy in args.policy:
+        batches[policy] = _policy_batch(check_policy(policy, task), args)
     outcomes, per_policy = {}, {}
     with TrialStore(store_path) as store, TrialPool(args.workers, args.backend, args.address) as pool:
         for policy in args.policy:
@@ -123,7 +133,8 @@ def _eval(args) -> int:
             store.open_campaign(name, config)
             planned = plan_eval(policy, task, args.trials, args.seed, factors, args.nominal, args.control_rate,
                                 task_ref, args.envelope)
-            results = run_trials(planned, store, name, progress=not args.no_progress, pool=pool)
+            results = run_trials(planned, store, name, progress=not args.no_progress, pool=pool,
+                                 batch=batches[policy])
             per_policy[policy] = (name, results)
             outcomes[policy] = {i: r.success for i, r in enumerate(results)}  # trial i: same inputs for every policy
             rate = wilson(sum(r.success for r in results), len(results))
@@ -170,14 +181,14 @@ def _search(args) -> int:
 
     options = _sampler_options(args.sampler_option)
     task, task_ref = _task(args)
-    check_policy(args.policy, task)  # before any worker starts: one line, not a worker's traceback
+    batch = _policy_batch(check_policy(args.policy, task), args)  # before any worker starts
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / STORE_NAME
     with TrialStore(store_path) as store:
         search = run_search(task, args.policy, args.budget, args.sampler, args.seed, args.batch, _factors(args.factors),
                             args.workers, args.backend, args.address, store, args.refine_steps, args.control_rate,
                             progress=not args.no_progress, task_ref=task_ref, envelope=args.envelope,
-                            sampler_options=options)
+                            sampler_options=options, policy_batch=batch)
         meta = {"task": task_ref, "policy": args.policy, "sampler": args.sampler, "campaign": search.campaign,
                 "seed": args.seed, "budget": args.budget, "store": str(store_path)}
         if options:

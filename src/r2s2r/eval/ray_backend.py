@@ -22,8 +22,8 @@ class _Worker:
     def __init__(self):
         self.worker = TrialWorker(threads=1)
 
-    def run(self, spec: TrialSpec) -> TrialResult:
-        return self.worker.run(spec)
+    def run(self, specs: Sequence[TrialSpec]) -> list[TrialResult]:
+        return self.worker.run_batch(specs)
 
     def job(self, fn, context, item):
         return self.worker.job(fn, context, item)
@@ -67,10 +67,11 @@ class RayWorkers:
         actor = self.ray.remote(num_cpus=1)(_Worker)
         self.actors = [actor.remote() for _ in range(workers)]
 
-    def run(self, specs) -> Iterable[TrialResult]:
-        """The results of `specs` in the order they finish; each actor runs one trial at a time."""
-        for _, result in self._dispatch(lambda actor, spec: actor.run.remote(spec), specs):
-            yield result
+    def run(self, batches: Sequence[Sequence[TrialSpec]]) -> Iterable[list[TrialResult]]:
+        """The results of each batch of specs (TrialWorker.run_batch) in the order they finish;
+        each actor runs one batch at a time."""
+        for _, results in self._dispatch(lambda actor, batch: actor.run.remote(batch), batches):
+            yield results
 
     def map(self, fn: Callable[[Any, Any], Any], items: Sequence, context: JobContext | None) -> list:
         """fn(state, item) for every item, in the items' order (see TrialPool.map)."""

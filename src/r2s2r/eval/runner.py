@@ -13,6 +13,11 @@ a compiled twin is reused only for the identical scene (a geometry perturbation 
 scene, so another compile), with everything a trial changes in the model set again by
 `Task.start`.
 
+Trials of a policy that takes a batch (a tensor model with a free batch dimension) run in
+lockstep batches (`TrialWorker.run_batch`): each on its own twin, one policy call per tick for
+the trials that infer then, every call padded to whole blocks of rows so that each trial's
+result is the one it gives alone (policy.tensor says why).
+
 A trial whose physics goes unstable (MuJoCo finds NaN or huge values and resets the state)
 ends at that tick as a failure at stage `sim_unstable` with margin 0: the twin's fault, shown
 in the atlas like any other failure so it gets fixed, never taken for the policy's.
@@ -26,6 +31,7 @@ a worker turns into state once and keeps.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -168,17 +174,22 @@ class JobContext(Protocol):
 
 
 class TrialWorker:
-    """Runs trials one at a time; keeps loaded tasks, policies and compiled twins between them,
-    and the states of other jobs (`job`). `threads`: how many threads a torch policy may use (a
-    pool worker: 1, so workers do not fight over the cores); None leaves torch's default."""
+    """Runs trials, one at a time or a batch in lockstep (`run_batch`); keeps loaded tasks,
+    policies and compiled twins between them, and the states of other jobs (`job`). `threads`:
+    how many threads a torch policy may use (a pool worker: 1, so workers do not fight over the
+    cores); None leaves torch's default. `timing`: wall seconds spent so far rendering, in the
+    policy, in physics and control, and judging (the benchmarks read it)."""
 
     def __init__(self, threads: int | None = None):
         self.threads = threads
         self._tasks: dict = {}
         self._policies: dict = {}
         self._twins: OrderedDict = OrderedDict()
+        self._in_use: set = set()  # keys of the twins running trials now: never evicted
         self._renderers: dict = {}  # by the key of a cached twin: its cameras' renderer
+        self._render_contexts = None  # sim.render.SharedContexts of every twin's renderer, made on first use
         self._states: OrderedDict = OrderedDict()
+        self.timing = dict.fromkeys(TIMING, 0.0)
 
     def job(self, fn: Callable[[Any, Any], Any], context: JobContext | None, item):
         """fn(state, item), the state built from `context` on its first use here (None: None)."""
@@ -213,101 +224,203 @@ class TrialWorker:
                 torch.set_num_threads(self.threads)
         return self._policies[key]
 
-    def twin(self, task_name: str, scene) -> Twin:
-        key = (task_name, scene)  # tasks may change the model differently (grip priorities)
+    def twin(self, task_name: str, scene, slot: int = 0) -> Twin:
+        """A compiled twin of `scene` for the trial in `slot` of a batch (each trial its own twin)."""
+        key = (task_name, scene, slot)  # tasks may change the model differently (grip priorities)
         twin = self._twins.pop(key, None)
         if twin is None:
             twin = Twin(scene)
         self._twins[key] = twin
-        while len(self._twins) > TWIN_CACHE:
-            old, _ = self._twins.popitem(last=False)
+        self._in_use.add(key)
+        for old in [k for k in self._twins if k not in self._in_use][:max(0, len(self._twins) - TWIN_CACHE)]:
+            del self._twins[old]
             renderer = self._renderers.pop(old, None)
             if renderer is not None:
                 renderer.close()
         return twin
 
-    def renderer(self, task_name: str, scene, twin: Twin):
+    def renderer(self, task_name: str, scene, twin: Twin, slot: int = 0):
         """The renderer of a cached twin's cameras (sim.render.TwinRenderer, the renderer the driver's
-        cameras use), made on first use: a policy that observes no camera never makes one."""
-        from r2s2r.sim.render import TwinRenderer
-        key = (task_name, scene)  # evicted with its twin (twin())
+        cameras use, its frames pixel for pixel), made on first use: a policy that observes no
+        camera never makes one. The twins of perturbed scenes share GL contexts (SharedContexts)."""
+        from r2s2r.sim.render import SharedContexts, TwinRenderer
+        key = (task_name, scene, slot)  # evicted with its twin (twin())
         if key not in self._renderers:
-            self._renderers[key] = TwinRenderer(twin)
+            self._render_contexts = self._render_contexts or SharedContexts()
+            self._renderers[key] = TwinRenderer(twin, shared=self._render_contexts)
         return self._renderers[key]
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
+        return self.run_batch([spec], observer)[0]
+
+    def run_batch(self, specs: Sequence[TrialSpec], observer: TrialObserver | None = None) -> list[TrialResult]:
+        """The trials of `specs`, in their order. Trials of one policy that takes a batch
+        (`act_batch`) run in lockstep, each on its own twin, one policy call per tick for every
+        trial that infers then; each result is the one `run` gives alone, bit for bit. Other
+        policies run one trial after another."""
+        results: list[TrialResult | None] = [None] * len(specs)
+        groups: dict = {}
+        for i, spec in enumerate(specs):
+            groups.setdefault((spec.policy, spec.task), []).append(i)
+        for indices in groups.values():
+            spec = specs[indices[0]]
+            policy, _ = self._guarded(spec, lambda: self.policy(spec.policy, get_robot(self.task(spec.task).robot)))
+            width = len(indices) if getattr(policy, "accepts_batch", False) else 1
+            for first in range(0, len(indices), width):
+                chunk = indices[first:first + width]
+                for i, result in zip(chunk, self._lockstep([specs[i] for i in chunk], observer)):
+                    results[i] = result
+        return results
+
+    def _lockstep(self, specs: Sequence[TrialSpec], observer: TrialObserver | None) -> list[TrialResult]:
+        trials: list[_Trial] = []
+        held = set(self._in_use)  # afterwards, this batch's twins (a failed set-up's too) may be evicted
         try:
-            return self._run(spec, observer or TrialObserver())
+            for slot, spec in enumerate(specs):
+                trials.append(self._guarded(spec, lambda: _Trial(self, spec, slot, observer or TrialObserver())))
+            policy = trials[0].policy
+            batched = len(trials) > 1 or getattr(policy, "accepts_batch", False)
+            running = list(trials)
+            while running:
+                wanting = [t for t in running if t.wants_observation()]
+                clock = time.perf_counter()
+                observations = {id(t): self._guarded(t.spec, t.observe) for t in running}
+                self.timing["render"] += time.perf_counter() - clock
+                if batched and wanting:
+                    clock = time.perf_counter()
+                    chunks = _act_batch(policy, [observations[id(t)] for t in wanting])
+                    latency = time.perf_counter() - clock
+                    self.timing["policy"] += latency
+                    for t, chunk in zip(wanting, chunks):
+                        t.prefetched = (chunk, latency)
+                for t in running:
+                    self._guarded(t.spec, lambda: t.tick(observations[id(t)]))
+                running = [t for t in running if not t.finished]
+            return [self._guarded(t.spec, t.result) for t in trials]
+        finally:
+            self._in_use = held
+
+    @staticmethod
+    def _guarded(spec: TrialSpec, fn: Callable[[], Any]):
+        """fn(); an error is the trial's, named with everything that reproduces it."""
+        try:
+            return fn()
         except Exception as exc:
             raise TrialError(f"trial {spec.id} (policy {spec.policy}, task {spec.task}, seed {spec.seed}, "
                              f"perturbation {spec.values}) failed: {type(exc).__name__}: {exc}") from exc
 
-    def _run(self, spec: TrialSpec, observer: TrialObserver) -> TrialResult:
-        wall0 = time.perf_counter()
+
+TIMING = ("render", "policy", "physics", "task")  # TrialWorker.timing's keys
+
+
+def _act_batch(policy, observations: list[Observation]) -> list:
+    """One chunk, or the error the trial's policy raised, per observation. A call that raises is
+    retried one observation at a time, so each trial fails only where it would alone."""
+    try:
+        return policy.act_batch(observations)
+    except Exception as exc:
+        if len(observations) == 1:
+            return [exc]
+    return [_act_batch(policy, [o])[0] for o in observations]
+
+
+class _Trial:
+    """One trial in progress on a twin of its own: set up, then one policy tick per `tick`."""
+
+    def __init__(self, worker: TrialWorker, spec: TrialSpec, slot: int, observer: TrialObserver):
+        self.wall0 = time.perf_counter()
+        self.worker, self.spec, self.observer = worker, spec, observer
         _seed_globals(spec.seed)
-        task = self.task(spec.task)
-        values = spec.values
-        task.new_episode(values)
-        scene = task.scene(values)
-        hardware = _ReusedTwin(self.twin(spec.task, scene), spec.seed)
+        # A task object per trial in flight: it keeps its episode's state (TaskLogic).
+        self.task = task = copy.copy(worker.task(spec.task))
+        task.new_episode(spec.values)
+        scene = task.scene(spec.values)
+        hardware = _ReusedTwin(worker.twin(spec.task, scene, slot), spec.seed)
         hardware.connect()
-        twin = hardware.twin
-        loop = ControlLoop(hardware, spec.control_rate_hz)
+        self.twin = twin = hardware.twin
+        self.loop = loop = ControlLoop(hardware, spec.control_rate_hz)
         task.start(twin)
         loop.hold_here()
-        policy, config = self.policy(spec.policy, hardware.robot)
-        cameras = tuple(policy.metadata.observation.cameras)
-        renderer = self.renderer(spec.task, scene, twin) if cameras else None
-        runtime = PolicyRuntime(policy, config)
-        runtime.reset()
-        layout = JointLayout.from_robot(hardware.robot)
-        controller = loop.controller
-        start = twin.time
-        limit = start + task.time_limit_s
-        period = 1.0 / task.control_rate_hz
+        self.policy, config = worker.policy(spec.policy, hardware.robot)
+        self.cameras = tuple(self.policy.metadata.observation.cameras)
+        self.renderer = worker.renderer(spec.task, scene, twin, slot) if self.cameras else None
+        self.prefetched: tuple | None = None  # (chunk or error, latency) of this tick's batched call
+        self.runtime = PolicyRuntime(self.policy, config, act=self._prefetched_act)
+        self.runtime.reset()
+        self.layout = JointLayout.from_robot(hardware.robot)
+        self.start = twin.time
+        self.limit = self.start + task.time_limit_s
+        self.period = 1.0 / task.control_rate_hz
+        self.ticks = 0
+        self.timed_out = True
+        self.finished = twin.time >= self.limit - 1e-9
+        self.failed_to_act = FailureToAct()
         observer.start(twin, loop, task)
-        timed_out = True
-        tick = 0
-        failed_to_act = FailureToAct()
-        while twin.time < limit - 1e-9:
-            now = twin.time
-            joints, grippers = layout.split(loop.sample())
-            # The policy's cameras, rendered from the twin's state now when the policy will see them
-            # (as a camera publishing on the tick would).
-            images = {c: renderer.rgb(c) for c in cameras} \
-                if renderer is not None and runtime.wants_observation(now) else {}
-            observation = Observation(now, joints, grippers, images=images, objects=task.object_poses(twin))
-            command = runtime.step(now, observation)
-            failed_to_act.note_runtime(runtime.stats, now - start)
-            if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
-                for error in send_command(controller, command, now):
-                    failed_to_act.note(INVALID_ACTION, error, now - start)
-            tick += 1
-            until = start + tick * period
-            loop.run_until(until)  # every cycle of the tick in one go
-            task.step(twin)
-            observer.tick(twin, loop, observation, command)
-            if _unstable(twin) or task.done(twin):
-                timed_out = False
-                break
-        outcome = task.outcome(twin, timed_out)
+
+    def _prefetched_act(self, observation: Observation):
+        """The chunk the batch's call made for this trial; alone, the policy's own act."""
+        if self.prefetched is None:
+            return self.policy.act(observation)
+        (chunk, _), self.prefetched = self.prefetched, None
+        if isinstance(chunk, Exception):
+            raise chunk
+        return chunk
+
+    def wants_observation(self) -> bool:
+        return self.runtime.wants_observation(self.twin.time)
+
+    def observe(self) -> Observation:
+        now = self.twin.time
+        joints, grippers = self.layout.split(self.loop.sample())
+        # The policy's cameras, rendered from the twin's state now when the policy will see them
+        # (as a camera publishing on the tick would).
+        images = {c: self.renderer.rgb(c) for c in self.cameras} \
+            if self.renderer is not None and self.runtime.wants_observation(now) else {}
+        return Observation(now, joints, grippers, images=images, objects=self.task.object_poses(self.twin))
+
+    def tick(self, observation: Observation) -> None:
+        timing, twin, now = self.worker.timing, self.twin, self.twin.time
+        clock = time.perf_counter()
+        command = self.runtime.step(now, observation)
+        self.failed_to_act.note_runtime(self.runtime.stats, now - self.start)
+        if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
+            for error in send_command(self.loop.controller, command, now):
+                self.failed_to_act.note(INVALID_ACTION, error, now - self.start)
+        physics = time.perf_counter()
+        timing["policy"] += physics - clock
+        self.ticks += 1
+        self.loop.run_until(self.start + self.ticks * self.period)  # every cycle of the tick in one go
+        judging = time.perf_counter()
+        timing["physics"] += judging - physics
+        self.task.step(twin)
+        self.observer.tick(twin, self.loop, observation, command)
+        if _unstable(twin) or self.task.done(twin):
+            self.timed_out, self.finished = False, True
+        elif twin.time >= self.limit - 1e-9:
+            self.finished = True
+        timing["task"] += time.perf_counter() - judging
+
+    def result(self) -> TrialResult:
+        spec, twin, task = self.spec, self.twin, self.task
+        outcome = task.outcome(twin, self.timed_out)
         if _unstable(twin):  # MuJoCo reset the state: what the task sees now is not this trial's
-            outcome = Outcome(False, 0.0, UNSTABLE, {"unstable_at_tick": float(tick)})
-        if not outcome.success and failed_to_act.stage:  # the failure to act is why, not the stage it ended in
-            outcome = Outcome(False, outcome.margin, failed_to_act.stage, outcome.metrics)
-        observer.end(twin, outcome)
+            outcome = Outcome(False, 0.0, UNSTABLE, {"unstable_at_tick": float(self.ticks)})
+        if not outcome.success and self.failed_to_act.stage:  # the failure to act is why, not the stage it ended in
+            outcome = Outcome(False, outcome.margin, self.failed_to_act.stage, outcome.metrics)
+        self.observer.end(twin, outcome)
         metrics = {str(k): float(v) for k, v in outcome.metrics.items()}
-        metrics["commands_rejected"] = float(sum(controller.stats.rejected.values()))
+        metrics["commands_rejected"] = float(sum(self.loop.controller.stats.rejected.values()))
         return TrialResult(id=spec.id, policy=spec.policy, task=spec.task, seed=spec.seed,
-                           control_rate_hz=spec.control_rate_hz, perturbation=values, success=bool(outcome.success),
-                           margin=float(outcome.margin), stage=str(outcome.stage), sim_time_s=twin.time - start,
-                           wall_s=time.perf_counter() - wall0, metrics=metrics, detail=failed_to_act.detail)
+                           control_rate_hz=spec.control_rate_hz, perturbation=spec.values,
+                           success=bool(outcome.success), margin=float(outcome.margin), stage=str(outcome.stage),
+                           sim_time_s=twin.time - self.start, wall_s=time.perf_counter() - self.wall0,
+                           metrics=metrics, detail=self.failed_to_act.detail)
 
 
-def check_policy(source: str, task) -> None:
+def check_policy(source: str, task):
     """Load the policy once, as every worker will, and check that it fits the task: its robot's
     joint groups and grippers, and the cameras of the task's scene. Raises PolicyError in one line
-    that names the problem, before any worker starts."""
+    that names the problem, before any worker starts; returns the loaded policy."""
     from r2s2r.policy.types import PolicyError
     robot = get_robot(task.robot)
     try:
@@ -331,6 +444,7 @@ def check_policy(source: str, task) -> None:
     if missing:
         raise PolicyError(f"policy {source} observes cameras {', '.join(missing)}; task {task.name}'s scene has "
                           f"{', '.join(cameras) or 'none'}")
+    return policy
 
 
 # Failure stages of a policy that failed to act (eval.tasks' stages say how a task failed).
@@ -405,8 +519,8 @@ def _pool_init(threads: int) -> None:
     _WORKER = TrialWorker(threads)
 
 
-def _pool_run(spec: TrialSpec) -> TrialResult:
-    return _WORKER.run(spec)
+def _pool_run(specs: Sequence[TrialSpec]) -> list[TrialResult]:
+    return _WORKER.run_batch(specs)
 
 
 def _pool_job(fn, context, item):
@@ -460,19 +574,36 @@ class TrialPool:
         self._pool: ProcessPoolExecutor | None = None
         self._ray = None
 
-    def run(self, specs: Sequence[TrialSpec]) -> Iterable[TrialResult]:
-        """The results of `specs`, in the order they finish."""
+    def run(self, specs: Sequence[TrialSpec], batch: int = 1) -> Iterable[TrialResult]:
+        """The results of `specs`, in the order they finish. `batch`: up to this many trials of one
+        policy run in lockstep on a worker (TrialWorker.run_batch; their results come together)."""
         if not specs:
             return
+        if batch < 1:
+            raise ValueError(f"batch is {batch}; expected 1 or more")
+        batches = self._batches(specs, batch)
         if self.backend == "ray":
-            yield from self._ray_workers().run(specs)
+            for results in self._ray_workers().run(batches):
+                yield from results
         elif self.workers == 1:
             self._local = self._local or TrialWorker()
-            for spec in specs:
-                yield self._local.run(spec)
+            for batch in batches:
+                yield from self._local.run_batch(batch)
         else:
-            for _, result in self._run_pool(_pool_run, [(spec,) for spec in specs]):
-                yield result
+            for _, results in self._run_pool(_pool_run, [(batch,) for batch in batches]):
+                yield from results
+
+    def _batches(self, specs: Sequence[TrialSpec], batch: int) -> list[list[TrialSpec]]:
+        """The specs in batches for TrialWorker.run_batch: one policy and task per batch, at most
+        `batch` trials, and no more than an even share per worker (every worker gets some)."""
+        groups: dict = {}
+        for spec in specs:
+            groups.setdefault((spec.policy, spec.task), []).append(spec)
+        batches = []
+        for group in groups.values():
+            size = max(1, min(batch, -(-len(group) // self.workers)))
+            batches += [group[i:i + size] for i in range(0, len(group), size)]
+        return batches
 
     def map(self, fn: Callable[[Any, Any], Any], items: Sequence, context: JobContext | None = None) -> list:
         """[fn(state, item) for item in items], in the items' order, each on whichever worker is
@@ -529,15 +660,16 @@ class TrialPool:
 
 def run_trials(planned: Sequence[Planned], store, campaign: str, workers: int = 1, backend: str = "process",
                address: str | None = None, progress: bool = True, bar=None,
-               pool: TrialPool | None = None) -> list[TrialResult]:
+               pool: TrialPool | None = None, batch: int = 1) -> list[TrialResult]:
     """Run every planned trial not yet in `store`, storing each as it ends; return all of them
     (stored and new) in plan order. Trials already stored by another campaign are linked, not rerun.
     `bar`: a progress bar (`progress_bar`) the caller keeps over several calls; by default one of
     this call's own (when `progress`). `pool`: workers the caller keeps over several calls; by
-    default `workers` on `backend`, started for this call."""
+    default `workers` on `backend`, started for this call. `batch`: trials a worker runs in
+    lockstep (TrialPool.run); the results are the same whatever it is."""
     if pool is None:
         with TrialPool(workers, backend, address) as own_pool:
-            return run_trials(planned, store, campaign, progress=progress, bar=bar, pool=own_pool)
+            return run_trials(planned, store, campaign, progress=progress, bar=bar, pool=own_pool, batch=batch)
     stored = store.stored_ids(p.spec.id for p in planned)
     pending: list[Planned] = []
     seen: set[str] = set()
@@ -556,7 +688,7 @@ def run_trials(planned: Sequence[Planned], store, campaign: str, workers: int = 
         bar = progress_bar(len(planned), campaign, progress)
     add_stored(bar, len(planned) - len(pending))
     try:
-        for result in pool.run([p.spec for p in pending]):
+        for result in pool.run([p.spec for p in pending], batch):
             for p in by_id[result.id]:
                 store.add(result, campaign, p.index, p.sampler)
             bar.set_postfix_str(f"last: {result.stage} {result.margin:+.3f}", refresh=False)

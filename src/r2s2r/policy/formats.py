@@ -51,8 +51,9 @@ def torch_runner(fn):
 
 
 def _example_tensors(metadata: PolicyMetadata):
+    """Inputs of two rows: a batch of 1 would let tracing and export fix the batch dimension."""
     import torch
-    return tuple(torch.from_numpy(a) for a in example_inputs(metadata))
+    return tuple(torch.from_numpy(np.repeat(a, 2, axis=0)) for a in example_inputs(metadata))
 
 
 def _existing(path, what: str) -> Path:
@@ -138,7 +139,12 @@ def load_torchscript(path) -> TensorPolicy:
 # -- torch.export ----------------------------------------------------------------------------------
 def save_exported(path, module, metadata: PolicyMetadata, normalizer: Normalizer | None = None) -> Path:
     import torch
-    program = torch.export.export(module.eval(), _example_tensors(metadata))
+    examples = _example_tensors(metadata)
+    batch = torch.export.Dim("batch", min=1, max=4096)  # a free batch dimension (TensorPolicy.act_batch)
+    shapes = torch.export.ShapesCollection()  # by tensor: whatever the module's signature (*images too)
+    for tensor in examples:
+        shapes[tensor] = {0: batch}
+    program = torch.export.export(module.eval(), examples, dynamic_shapes=shapes)
     torch.export.save(program, str(path), extra_files={EXTRA_FILE: _bundle(metadata, normalizer)})
     return Path(path)
 
@@ -165,8 +171,10 @@ def save_onnx(path, module, metadata: PolicyMetadata, normalizer: Normalizer | N
     except ImportError:
         raise PolicyError("saving ONNX needs the `onnx` package (pip install onnx)") from None
     with torch.no_grad():
-        torch.onnx.export(module.eval(), _example_tensors(metadata), str(path), input_names=input_names(metadata),
-                          output_names=["actions"], dynamo=False)
+        names = input_names(metadata)
+        torch.onnx.export(module.eval(), _example_tensors(metadata), str(path), input_names=names,
+                          output_names=["actions"], dynamo=False,
+                          dynamic_axes={name: {0: "batch"} for name in [*names, "actions"]})
     model = onnx.load(str(path))
     entry = model.metadata_props.add()
     entry.key, entry.value = EXTRA_FILE, _bundle(metadata, normalizer)

@@ -30,6 +30,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -118,15 +119,20 @@ class _Inflight:
     missed: bool = False
 
 
-def _timed_act(policy: Policy, observation: Observation) -> tuple[ActionChunk, float]:
+def _timed_act(act: Callable[[Observation], ActionChunk], observation: Observation) -> tuple[ActionChunk, float]:
     start = time.perf_counter()
-    chunk = policy.act(observation)
+    chunk = act(observation)
     return chunk, time.perf_counter() - start
 
 
 class PolicyRuntime:
-    def __init__(self, policy: Policy, config: RuntimeConfig | None = None):
+    """`act`: what infers a chunk from an observation, by default `policy.act` (the in-process
+    runner's batches hand each trial's runtime the chunk their one call made for it)."""
+
+    def __init__(self, policy: Policy, config: RuntimeConfig | None = None,
+                 act: Callable[[Observation], ActionChunk] | None = None):
         self.policy = policy
+        self._act = act or policy.act
         self.config = config or RuntimeConfig()
         self.metadata = policy.metadata
         self.space = policy.metadata.action
@@ -241,9 +247,9 @@ class PolicyRuntime:
             return
         self._next_request = now + self.replan_steps * self.dt
         if self._executor is None:
-            self._accept(lambda: _timed_act(self.policy, observation))
+            self._accept(lambda: _timed_act(self._act, observation))
             return
-        self._inflight = _Inflight(self._executor.submit(_timed_act, self.policy, observation), now)
+        self._inflight = _Inflight(self._executor.submit(_timed_act, self._act, observation), now)
 
     # -- what to send ---------------------------------------------------------------------------------
     def _window(self, live: _Live) -> float:

@@ -73,10 +73,11 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
                backend: str = "process", address: str | None = None, store=None, refine_steps: int = 4,
                control_rate_hz: float | None = None, progress: bool = True, task_ref: str | None = None,
                min_cluster: int = 3, sampler_options: dict | None = None,
-               envelope: str | None = None) -> SearchOutcome:
+               envelope: str | None = None, policy_batch: int = 1) -> SearchOutcome:
     """Run (or resume) a search; `task` is a loaded Task, `store` a TrialStore, `sampler_options`
     the sampler's keyword arguments (samplers.py: warmup, elite_fraction, startup, ...),
-    `envelope` one of the space's named sub-boxes to search within (None: the whole space)."""
+    `envelope` one of the space's named sub-boxes to search within (None: the whole space),
+    `policy_batch` the trials a worker runs in lockstep (TrialPool.run: the same results)."""
     if budget < 1 or batch < 1 or refine_steps < 0:
         raise ValueError(f"budget {budget}, batch {batch}, refine_steps {refine_steps}; expected budget >= 1, "
                          "batch >= 1, refine_steps >= 0")
@@ -103,7 +104,7 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
             units.setdefault(spec.id, np.asarray(u, float))
             planned.append(Planned(next_index, spec, phase))
             next_index += 1
-        return run_trials(planned, store, name, bar=bar, pool=pool)
+        return run_trials(planned, store, name, bar=bar, pool=pool, batch=policy_batch)
 
     results: list[TrialResult] = []
     refined: list[TrialResult] = []
