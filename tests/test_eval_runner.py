@@ -226,14 +226,16 @@ def test_a_policy_that_fails_to_act_is_a_recorded_outcome_and_the_campaign_goes_
     that raises holds it too. Each trial ends with a failure stage that says so, the message and
     the time, in the store; the campaign runs every trial. (Holding fails this variant: too_near.)"""
     values = {"block_x": -0.1, "block_y": 0.03}
-    planned = [Planned(i, TrialSpec.of(policy, task_file, values, seed=1))
-               for i, policy in enumerate( ("scripted:tests.failing_policies:overshoot", "scripted:tests.failing_policies:raises",
-                              HOLD))]
+    failing = [f"scripted:tests.failing_policies:{name}" for name in ("overshoot", "raises", "not_a_number", "short")]
+    planned = [Planned(i, TrialSpec.of(policy, task_file, values, seed=1)) for i, policy in enumerate(failing + [HOLD])]
     with TrialStore(tmp_path / "store.sqlite") as store:
         results = run_trials(planned, store, "c", workers=1, progress=False)
         stored = {r.policy: r for r in store.results()}
-    assert len(results) == len(stored) == 3
-    overshoot, raises, hold = (stored[p.spec.policy] for p in planned)
+    assert len(results) == len(stored) == 5
+    overshoot, raises, not_a_number, short, hold = (stored[p.spec.policy] for p in planned)
+    # A chunk with NaN or of the wrong layout is refused whole by the runtime, which holds.
+    assert not_a_number.stage == "policy_error" and "contains NaN or Inf" in not_a_number.detail, not_a_number
+    assert short.stage == "policy_error" and "has 6 joints, expected 7" in short.detail, short
     assert overshoot.stage == "invalid_action" and not overshoot.success
     assert "outside the joint limits" in overshoot.detail and "(at 0." in overshoot.detail, overshoot.detail
     assert overshoot.metrics["commands_rejected"] > 0
@@ -245,7 +247,7 @@ def test_a_policy_that_fails_to_act_is_a_recorded_outcome_and_the_campaign_goes_
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["failed_to_act"] == {
         "invalid_action": {"trials": 1, "first": overshoot.detail, "trial": overshoot.id},
-        "policy_error": {"trials": 1, "first": raises.detail, "trial": raises.id}}
+        "policy_error": {"trials": 3, "first": raises.detail, "trial": raises.id}}
     text = page.read_text()
     assert "Where the policy failed to act" in text and "the test policy&#x27;s network failed" in text
 

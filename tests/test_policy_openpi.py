@@ -255,3 +255,30 @@ def test_policy_node_holds_when_its_server_dies(server):
         node.destroy_node()
         peer.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_a_server_that_stops_answering_is_a_recorded_deadline_and_the_campaign_goes_on(server, tmp_path):
+    """In-process, the simulated clock waits for inference, so a deadline is the server's own
+    timeout: a trial whose server goes silent ends at stage `deadline`, with the message and the
+    time, while the arm holds; the campaign's next trial, answered, runs as usual."""
+    from r2s2r.eval.runner import Planned, TrialSpec, run_trials
+    from r2s2r.eval.store import TrialStore
+    from tests.image_policies import TASK
+    silent_from = [2]  # the request from which the server goes silent; None: it answers
+
+    def hold(index, obs):  # hold where the arm stands (the state's arm and gripper), until silent
+        if silent_from[0] is not None and index >= silent_from[0]:
+            time.sleep(1.0)  # past the client's timeout; the late reply goes to a dropped connection
+        return reference.packb({"actions": np.tile(np.asarray(obs["state"], np.float32), (10, 1))})
+    s = server(hold)
+    config = tmp_path / "remote.yaml"
+    config.write_text(f"uri: {s.uri}\nparams: {{timeout_s: 0.3}}\n")
+    planned = [Planned(0, TrialSpec.of(str(config), TASK, {"block_y": 0.2}, seed=0))]
+    with TrialStore(tmp_path / "store.sqlite") as store:
+        (late,) = run_trials(planned, store, "c", progress=False)
+        silent_from[0] = None  # a server that answers in time
+        (answered,) = run_trials([Planned(0, TrialSpec.of(str(config), TASK, {"block_y": -0.2}, seed=1))], store,
+                                 "d", progress=False)
+    assert late.stage == "deadline" and not late.success, (late.stage, late.detail)
+    assert late.detail.endswith("no reply within 0.3 s (at 1.000 s)"), late.detail  # the third request
+    assert answered.stage == "missed_aim" and answered.detail == "", (answered.stage, answered.detail)

@@ -470,7 +470,7 @@ class FailureToAct:
         if stats.errors > self._errors:
             self.note(POLICY_ERROR, stats.last_error or "the policy raised", t)
         if stats.deadline_misses > self._misses:
-            self.note(DEADLINE, "the policy missed its inference deadline", t)
+            self.note(DEADLINE, stats.last_miss or "the policy missed its inference deadline", t)
         self._errors, self._misses = stats.errors, stats.deadline_misses
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from r2s2r.config import Section
-from r2s2r.policy.types import ActionChunk, Observation, PolicyError, PolicyMetadata
+from r2s2r.policy.types import ActionChunk, DeadlineMiss, Observation, PolicyError, PolicyMetadata
 
 DEFAULT_PORT = 8000  # openpi's serve_policy.py default
 
@@ -176,7 +176,7 @@ class OpenPIPolicy:
             reply = self._ws.recv(timeout=self.timeout_s)
         except TimeoutError:
             self._drop()  # the late reply would answer the next request: start afresh
-            raise PolicyError(f"{self.uri}: no reply within {self.timeout_s:g} s") from None
+            raise DeadlineMiss(f"{self.uri}: no reply within {self.timeout_s:g} s") from None
         except ConnectionClosed as exc:
             self._drop()
             raise PolicyError(f"{self.uri}: the server closed the connection ({exc})") from None

@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from r2s2r.config import Section
-from r2s2r.policy.types import ActionChunk, Observation, Policy, PolicyError
+from r2s2r.policy.types import ActionChunk, DeadlineMiss, Observation, Policy, PolicyError
 
 ON_MISS = ("continue", "hold")
 TICK_EPS = 1e-6  # s: ticks land on k * dt only up to rounding; a re-plan due "now" must not slip a tick
@@ -96,6 +96,7 @@ class RuntimeStats:
     stale_observations: int = 0  # observations too old to infer from
     errors: int = 0
     last_error: str = ""
+    last_miss: str = ""  # what the last missed deadline said, where the policy said (DeadlineMiss)
     observation_age_s: float = math.nan
     latencies: deque = field(default_factory=lambda: deque(maxlen=500))  # wall seconds per inference
 
@@ -198,6 +199,9 @@ class PolicyRuntime:
         try:
             chunk, latency = result()
             actions = chunk.to_array(self.space)  # a chunk of the wrong layout raises here
+            if not np.all(np.isfinite(actions)):  # refused whole: no NaN ever reaches a command
+                raise PolicyError(f"the policy's chunk contains NaN or Inf at steps "
+                                  f"{sorted(set(np.nonzero(~np.isfinite(actions))[0].tolist()))}; expected finite targets")
         except Exception as exc:
             self._fail(exc)
             return
@@ -207,10 +211,15 @@ class PolicyRuntime:
         self.stats.latencies.append(latency)
 
     def _fail(self, error: BaseException) -> None:
-        self.stats.errors += 1
-        self.stats.last_error = str(error) if isinstance(error, PolicyError) else f"{type(error).__name__}: {error}"
+        message = str(error) if isinstance(error, PolicyError) else f"{type(error).__name__}: {error}"
         self._chunks.clear()
-        self._fault = self.stats.last_error
+        if isinstance(error, DeadlineMiss):  # no answer in time: held like a miss with on_deadline_miss hold
+            self.stats.deadline_misses += 1
+            self.stats.last_miss = message
+            self._hold_reason = f"deadline miss: {message}"
+            return
+        self.stats.errors += 1
+        self.stats.last_error = self._fault = message
         self._hold_reason = f"policy error: {self._fault}"
 
     def _collect(self, now: float) -> None:

@@ -23,6 +23,11 @@ class PolicyError(RuntimeError):
     """A policy could not be loaded or could not act; the message says what and what was expected."""
 
 
+class DeadlineMiss(PolicyError):
+    """A policy did not answer in time (a remote server silent past its timeout): the runtime
+    counts it as a missed deadline, not as an error of the policy's."""
+
+
 def _as_dims(source, key: str, value) -> dict[str, int]:
     if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0
