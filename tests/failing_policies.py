@@ -14,14 +14,28 @@ import numpy as np
 from r2s2r.policy.scripted import HoldPolicy, make_hold, scripted_policy
 
 
-class _Overshoot(HoldPolicy):
+class _ChangesFirstGroup(HoldPolicy):
+    """Holds, with the first group's targets (length, joints) passed through `change`."""
+
+    change = staticmethod(lambda targets: targets)
+
     def act(self, observation):
         chunk = super().act(observation)
-        first = next(iter(self.metadata.action.joints))  # the first group
-        targets = np.array(chunk.joints[first], dtype=float)
-        targets[:, 0] += 10.0
-        chunk.joints[first] = targets
+        first = next(iter(self.metadata.action.joints))
+        chunk.joints[first] = self.change(np.array(chunk.joints[first], dtype=float))
         return chunk
+
+
+class _Overshoot(_ChangesFirstGroup):
+    change = staticmethod(lambda targets: targets + np.eye(1, targets.shape[1]) * 10.0)
+
+
+class _NotANumber(_ChangesFirstGroup):
+    change = staticmethod(lambda targets: np.where(np.arange(targets.shape[1]) == 0, np.nan, targets))
+
+
+class _Short(_ChangesFirstGroup):
+    change = staticmethod(lambda targets: targets[:, :-1])
 
 
 class _Raises(HoldPolicy):
@@ -29,39 +43,5 @@ class _Raises(HoldPolicy):
         raise RuntimeError("the test policy's network failed")
 
 
-@scripted_policy("overshoot")
-def make_overshoot(params, defaults):
-    return _Overshoot(make_hold(params, defaults).metadata)
-
-
-@scripted_policy("raises")
-def make_raises(params, defaults):
-    return _Raises(make_hold(params, defaults).metadata)
-
-
-class _NotANumber(HoldPolicy):
-    def act(self, observation):
-        chunk = super().act(observation)
-        first = next(iter(self.metadata.action.joints))
-        targets = np.array(chunk.joints[first], dtype=float)
-        targets[:, 0] = np.nan
-        chunk.joints[first] = targets
-        return chunk
-
-
-class _Short(HoldPolicy):
-    def act(self, observation):
-        chunk = super().act(observation)
-        first = next(iter(self.metadata.action.joints))
-        chunk.joints[first] = np.array(chunk.joints[first], dtype=float)[:, :-1]
-        return chunk
-
-
-@scripted_policy("not_a_number")
-def make_not_a_number(params, defaults):
-    return _NotANumber(make_hold(params, defaults).metadata)
-
-
-@scripted_policy("short")
-def make_short(params, defaults):
-    return _Short(make_hold(params, defaults).metadata)
+for _name, _cls in {"overshoot": _Overshoot, "raises": _Raises, "not_a_number": _NotANumber, "short": _Short}.items():
+    scripted_policy(_name)(lambda params, defaults, cls=_cls: cls(make_hold(params, defaults).metadata))
