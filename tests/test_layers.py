@@ -53,3 +53,15 @@ def test_each_module_imports_only_the_layers_it_may(path):
             assert parts[1] in allowed, f"{path.relative_to(SRC)} ({layer}) imports {name}"
         if layer not in ("contract", "nodes"):
             assert parts[0] not in ROS, f"{path.relative_to(SRC)} imports {name}: only contract/ and nodes/ may"
+
+
+def test_the_backends_are_the_modules_that_define_hardware():
+    """`backend:=` offers exactly the vendor backends and the twin; a helper module (the compiled
+    kernels, the controller) is never offered, and naming one says which backends exist."""
+    from r2s2r.hardware.backends import backend_names, load_backend
+    from r2s2r.hardware.base import Hardware, HardwareError
+    assert backend_names() == ["aloha", "flexiv", "franka", "rby1", "sim", "xarm"]
+    assert all(issubclass(load_backend(name), Hardware) for name in backend_names())
+    with pytest.raises(HardwareError, match="unknown backend 'kernels'; expected one of aloha, flexiv, franka, rby1, "
+                                            "sim, xarm"):
+        load_backend("kernels")

@@ -63,3 +63,6 @@ class SimHardware(Hardware):
     def disconnect(self) -> None:
         self.twin = None
         self.state = Lifecycle.FINALIZED
+
+
+HARDWARE = SimHardware
