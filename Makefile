@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(PY) -m r2s2r.cli demo --out demo_output
 
 test: $(STAMP)
+	$(PY) -m ruff check src tests bench
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -73,7 +73,7 @@ class StackProcess:
                     signal_group(pid, signal.SIGKILL)
                 self.proc.wait()
                 self._reader.join(timeout=2)
-                raise AssertionError(f"stack did not stop within {timeout} s:\n{self.output}")
+                raise AssertionError(f"stack did not stop within {timeout} s:\n{self.output}") from None
         self._reader.join(timeout=2)
         return time.monotonic() - start
 

@@ -124,7 +124,8 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
     for opening in (0.07, 0.02):  # opening: move(); closing on nothing: grasp() down to the command
         loop.controller.command_gripper("gripper", [opening], hardware.now)
         stream(loop, 5.0, target,
-               until=lambda _: abs(width() - opening) < 1e-3 and not hardware.describe()["gripper_moving"])
+               until=lambda _, opening=opening: abs(width() - opening) < 1e-3
+               and not hardware.describe()["gripper_moving"])
         assert abs(width() - opening) < 1e-3, f"the Hand is at {width():.4f} m, not {opening} m"
     assert hardware.describe()["gripper_commands"] == 2
 

@@ -228,7 +228,7 @@ def test_gripper_moves_and_gets_each_target_once(emulator, backend, monkeypatch)
 
     for opening, pulses in ((0.02, 200), (0.085, 850), (0.0, 0)):
         loop.controller.command_gripper("gripper", [opening], hw.now)
-        samples = stream(loop, 3.0, HOME, until=lambda s: abs(fingers_of(s).sum() - opening) < 1e-4)
+        samples = stream(loop, 3.0, HOME, until=lambda s, opening=opening: abs(fingers_of(s).sum() - opening) < 1e-4)
         assert fingers_of(samples[-1]) == pytest.approx([opening / 2] * 2, abs=1e-4)
         assert emulator.snapshot().gripper_target == pulses
         assert len(samples) > 10  # streamed for a while: the same target never went out again
@@ -279,7 +279,7 @@ def test_link_loss_on_a_hung_controller_is_detected_within_100ms(emulator, backe
         hw.connect()  # TCP is accepted, nothing answers: bounded by connect_timeout_s
 
     emulator.resume()
-    for attempt in range(4):  # retried as the driver does; the same handshake carries on
+    for _ in range(4):  # retried as the driver does; the same handshake carries on
         try:
             hw.connect()
             break

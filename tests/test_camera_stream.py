@@ -93,7 +93,7 @@ def test_a_slow_consumer_gets_the_newest_frames_and_the_rest_are_counted_as_drop
     try:
         for _ in range(8):
             produced = source.count
-            assert wait_until(lambda: source.count >= produced + 10)  # a consumer ten frames behind
+            assert wait_until(lambda produced=produced: source.count >= produced + 10)  # a consumer ten frames behind
             frame = stream.take(timeout=1.0)
             taken.append(256 * int(frame.image[1, 1, 0]) + int(frame.image[1, 1, 1]))
             assert taken[-1] >= produced + 9  # one of the newest, not the oldest waiting

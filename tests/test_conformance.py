@@ -123,7 +123,7 @@ def run_sequence(client, robot) -> dict:
         goal = lo + 0.4 * (hi - lo)
         client.send_gripper(gripper.name, goal)
         seen[f"gripper {gripper.name}"] = client.wait_for(
-            lambda g=gripper: abs(client.positions(g.joints).sum() - goal) < GRIPPER_TOLERANCE, 20)
+            lambda g=gripper, goal=goal: abs(client.positions(g.joints).sum() - goal) < GRIPPER_TOLERANCE, 20)
     client.estop(True)
     seen["estop latched"] = client.wait_for(lambda: client.diagnostic_values().get("mode") == "estop", 5)
     group = robot.groups[0]

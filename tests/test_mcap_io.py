@@ -64,7 +64,7 @@ def test_an_independent_ros2_decoder_reads_the_bag_from_its_stored_definitions(b
         reader = make_reader(f, decoder_factories=[DecoderFactory()])
         assert reader.get_header().profile == "ros2"
         decoded = {}
-        for schema, channel, message, msg in reader.iter_decoded_messages():
+        for schema, channel, _message, msg in reader.iter_decoded_messages():
             assert schema.encoding == "ros2msg" and channel.message_encoding == "cdr"
             decoded.setdefault(channel.topic, []).append(msg)
     state = decoded["/joint_states"][1]

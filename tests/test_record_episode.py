@@ -85,7 +85,7 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
     with open(out, "rb") as f:
         reader = make_reader(f, decoder_factories=[DecoderFactory()])
         schemas = {}
-        for schema, channel, message, decoded in reader.iter_decoded_messages(topics=["/joint_states"]):
+        for schema, _channel, _message, decoded in reader.iter_decoded_messages(topics=["/joint_states"]):
             schemas[schema.name] = decoded
             break
     assert list(schemas) == ["sensor_msgs/msg/JointState"]

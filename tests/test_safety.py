@@ -227,7 +227,7 @@ def worst_case_rest_time(limits) -> float:
 
 
 def check_session(session: Session):
-    robot, hw, loop = session.robot, session.hw, session.loop
+    hw, loop = session.hw, session.loop
     limits, dt = loop.limits, loop.dt
     written = np.array(hw.written)
     # (a)

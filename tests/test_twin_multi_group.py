@@ -82,7 +82,7 @@ def test_each_group_streams_and_follows_a_trajectory_while_the_others_hold(robot
         assert client.wait_for_subscriber(Topics.gripper_commands(gripper.name))
         target = sum(gripper.opening_range) / 2
         client.send_gripper(gripper.name, target)
-        assert client.wait_for(lambda: abs(client.positions(gripper.joints).sum() - target) < 1e-3, TIMEOUT), \
+        assert client.wait_for(lambda g=gripper, t=target: abs(client.positions(g.joints).sum() - t) < 1e-3, TIMEOUT), \
             f"{gripper.name}: opening {client.positions(gripper.joints).sum():.4f} m, commanded {target} m"
         for waiting in robot.grippers[i + 1:]:
             assert client.positions(waiting.joints).sum() == pytest.approx(waiting.opening_range[1], abs=1e-3)

@@ -258,7 +258,7 @@ def _key(serial: str) -> str:
 
 # -- the SDK surface ----------------------------------------------------------------------------------
 class Robot:
-    def __init__(self, robot_sn, network_interface_whitelist=[], verbose=True, lite=False):
+    def __init__(self, robot_sn, network_interface_whitelist=[], verbose=True, lite=False):  # noqa: B006 (the SDK's)
         world.log("Robot", robot_sn, tuple(network_interface_whitelist), verbose, lite)
         if not _SERIAL.fullmatch(robot_sn):
             raise ValueError(f"[flexiv::rdk::Robot] invalid format of robot serial number: {robot_sn}")

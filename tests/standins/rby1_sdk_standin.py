@@ -471,7 +471,7 @@ class Robot_A:
         self._sim, self._session = None, -1
 
     def get_robot_info(self):
-        sim = self._rpc("get_robot_info")
+        self._rpc("get_robot_info")
         info = RobotInfo()
         info.version, info.sdk_version, info.robot_model_name = "v0.10 (stand-in)", __version__, "A"
         return info

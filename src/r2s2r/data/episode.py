@@ -395,7 +395,7 @@ def _cameras(messages, rel, clock_gap: float, t0: float, source: str) -> dict[st
             out[~np.isfinite(out) | (out <= 0)] = np.nan
             return out
 
-        def rgb_image(msg):
+        def rgb_image(msg, name=name):  # called in this iteration; bound so no later name leaks in
             image = image_array(msg)
             if msg.encoding == "bgr8":
                 return np.ascontiguousarray(image[:, :, ::-1])

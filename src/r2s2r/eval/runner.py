@@ -264,7 +264,7 @@ class TrialWorker:
             groups.setdefault((spec.policy, spec.task), []).append(i)
         for indices in groups.values():
             spec = specs[indices[0]]
-            policy, _ = self._guarded(spec, lambda: self.policy(spec.policy, get_robot(self.task(spec.task).robot)))
+            policy, _ = self._guarded(spec, self._policy_of, spec)
             width = len(indices) if getattr(policy, "accepts_batch", False) else 1
             for first in range(0, len(indices), width):
                 chunk = indices[first:first + width]
@@ -277,7 +277,7 @@ class TrialWorker:
         held = set(self._in_use)  # afterwards, this batch's twins (a failed set-up's too) may be evicted
         try:
             for slot, spec in enumerate(specs):
-                trials.append(self._guarded(spec, lambda: _Trial(self, spec, slot, observer or TrialObserver())))
+                trials.append(self._guarded(spec, _Trial, self, spec, slot, observer or TrialObserver()))
             policy = trials[0].policy
             batched = len(trials) > 1 or getattr(policy, "accepts_batch", False)
             running = list(trials)
@@ -294,17 +294,20 @@ class TrialWorker:
                     for t, chunk in zip(wanting, chunks):
                         t.prefetched = (chunk, latency)
                 for t in running:
-                    self._guarded(t.spec, lambda: t.tick(observations[id(t)]))
+                    self._guarded(t.spec, t.tick, observations[id(t)])
                 running = [t for t in running if not t.finished]
             return [self._guarded(t.spec, t.result) for t in trials]
         finally:
             self._in_use = held
 
+    def _policy_of(self, spec: TrialSpec) -> tuple[object, RuntimeConfig]:
+        return self.policy(spec.policy, get_robot(self.task(spec.task).robot))
+
     @staticmethod
-    def _guarded(spec: TrialSpec, fn: Callable[[], Any]):
-        """fn(); an error is the trial's, named with everything that reproduces it."""
+    def _guarded(spec: TrialSpec, fn: Callable[..., Any], *args):
+        """fn(*args); an error is the trial's, named with everything that reproduces it."""
         try:
-            return fn()
+            return fn(*args)
         except Exception as exc:
             raise TrialError(f"trial {spec.id} (policy {spec.policy}, task {spec.task}, seed {spec.seed}, "
                              f"perturbation {spec.values}) failed: {type(exc).__name__}: {exc}") from exc

@@ -67,10 +67,10 @@ class TaskLogic(abc.ABC):
         self.task = task
         self.params = params
 
-    def start(self, twin) -> None:
+    def start(self, twin) -> None:  # noqa: B027 (an optional hook)
         """After the runtime settings are applied, before the first cycle."""
 
-    def step(self, twin) -> None:
+    def step(self, twin) -> None:  # noqa: B027 (an optional hook)
         """Once per policy tick (1 / control_rate_hz): track what outcome() needs. Keep it cheap."""
 
     def done(self, twin) -> bool:

@@ -165,7 +165,6 @@ class Observation:
     grippers: dict[str, float] = field(default_factory=dict)
     images: dict[str, np.ndarray] = field(default_factory=dict)
     task: str | None = None
-    objects: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # Privileged object poses, name -> (position xyz, quaternion wxyz): the twin gives them to
     # scripted experts (eval.tasks.Task.object_poses); a learned policy does not see them.
     objects: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)

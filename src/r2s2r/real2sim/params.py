@@ -171,8 +171,8 @@ class TwinParameters:
             for k, joint in enumerate(g.joints):
                 a, d = idx["act"][k], idx["dof"][k]
 
-                def get(kind, base):
-                    return base * float(values.get(f"{g.name}.{kind}", 1.0))
+                def get(kind, base, group=g.name):
+                    return base * float(values.get(f"{group}.{kind}", 1.0))
                 fl = values.get(f"{g.name}.frictionloss")
                 out[joint] = {"kp": get("kp_scale", float(scratch["gainprm"][a, 0])),
                               "kv": get("kv_scale", float(-scratch["biasprm"][a, 2])),

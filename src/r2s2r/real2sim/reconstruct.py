@@ -223,7 +223,7 @@ def refine_camera(episode: Episode, camera: str, calibrated: CameraSpec, rendere
         return CameraCorrection(camera, np.eye(4), 0.0, 0.0, float("nan"), 0, 0)
     frames = []
     kernel = np.ones((7, 7), np.uint8)
-    for count, t, depth, model_depth, mask, T_wc in chosen:
+    for _count, _t, depth, model_depth, mask, T_wc in chosen:
         model_pts = backproject(np.where(mask, model_depth, np.nan), calib)
         normals = _normals(model_pts)
         sel = mask & np.isfinite(normals).all(-1)
@@ -244,7 +244,7 @@ def refine_camera(episode: Episode, camera: str, calibrated: CameraSpec, rendere
     gate = 0.03
     rms = float("nan")
     used = 0
-    for it in range(iterations):
+    for _ in range(iterations):
         A_rows, b_rows = [], []
         R_c, t_c = _rotvec_matrix(w_total), tau
         residuals = []
@@ -610,9 +610,9 @@ def _marker_objects(pc, markers, n, d, found, taken, camera, notes) -> list[Foun
         marker_height = float(np.median(world[inside] @ n - d))
         # The marker's centre ray meets the plane parallel to the support at the marker's height.
         origin = T_wc[:3, 3]
-        def on_plane(px):
+        def on_plane(px, height=marker_height, origin=origin):
             ray = T_wc[:3, :3] @ np.array([(px[0] - calib.cx) / calib.fx, (px[1] - calib.cy) / calib.fy, 1.0])
-            t = (d + marker_height - n @ origin) / (n @ ray)
+            t = (d + height - n @ origin) / (n @ ray)
             return origin + t * ray
         corners = np.array([on_plane(c) for c in s.corners])
         centre = corners.mean(axis=0)

@@ -179,7 +179,7 @@ def _distractors(scene: Scene, count: int) -> list[ObjectSpec]:
     taken = [np.asarray(o.pos[:2]) for o in scene.objects] + [np.asarray(f.pos[:2]) for f in scene.fixtures] \
         + [np.zeros(2)]
     out = []
-    for i in range(200):
+    for _ in range(200):
         if len(out) == count:
             break
         p = np.array([t.center[0] + rng.uniform(-0.35, 0.35) * t.size[0],

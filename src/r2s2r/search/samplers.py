@@ -82,7 +82,8 @@ class Sampler(abc.ABC):
     def ask(self, n: int) -> np.ndarray:
         """n points of the unit cube, shape (n, dim)."""
 
-    def tell(self, points: np.ndarray, margins: Sequence[float], stages: Sequence[str]) -> None:
+    def tell(self, points: np.ndarray, margins: Sequence[float],  # noqa: B027 (an optional hook)
+             stages: Sequence[str]) -> None:
         """The trials of the points asked last, in the order they were asked."""
 
 
