@@ -7,6 +7,8 @@ speeds and accelerations within the datasheet limits with no contact at all (iss
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mujoco
 import numpy as np
 import pytest
@@ -32,8 +34,9 @@ def stack_scene_path(name: str) -> str:
 
 
 def stack_scene(name: str) -> Scene:
-    """The scene the robot's sim stack runs."""
-    return load_scene(stack_scene_path(name))
+    """The scene the robot's sim stack runs (a variant's: the revised robot's, with the variant in it)."""
+    revises = registry()[name].variant_of
+    return replace(load_scene(stack_scene_path(revises)), robot=name) if revises else load_scene(stack_scene_path(name))
 
 
 def robot_contacts(twin, robot, exclude_objects: bool = True) -> list[tuple[str, str, float]]:

@@ -39,6 +39,37 @@ def urdf_path(name: str) -> Path:
     return share_dir() / "urdf" / name
 
 
+DERIVED_URDF_FORMAT = 2  # part of a derived URDF's cache key: raise it when derived_urdf changes what it writes
+
+
+def derived_urdf(base: str, name: str, changes) -> Path:
+    """urdf/`base` with `changes` made, (element path from <robot>, attribute, value) each,
+    written once to the user's cache as `name`.urdf (a URDF other tools can read too)."""
+    import hashlib
+    import xml.etree.ElementTree as ET
+    source = urdf_path(base)
+    text = source.read_text(encoding="utf-8")
+    digest = hashlib.sha1(repr((DERIVED_URDF_FORMAT, name, text, tuple(changes))).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "r2s2r" / "urdf"
+    path = cache / f"{name}-{digest}.urdf"
+    if path.is_file():
+        return path
+    root = ET.fromstring(text)
+    root.set("name", name)
+    for element_path, attribute, value in changes:
+        element = root.find(element_path)
+        if element is None:
+            raise ValueError(f"robot {name}: {source} has no element {element_path!r} to change")
+        element.set(attribute, value)
+    root.insert(0, ET.Comment(f" {name}: {source.name} with these changes: "
+                              + "; ".join(f"{p} {a}={v}" for p, a, v in changes) + " "))
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".tmp{os.getpid()}")
+    ET.ElementTree(root).write(partial, encoding="unicode", xml_declaration=True)
+    os.replace(partial, path)  # whole or not at all: workers may derive it at once
+    return path
+
+
 def config_path(*parts: str) -> Path:
     return share_dir().joinpath("config", *parts)
 

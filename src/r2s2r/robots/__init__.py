@@ -35,9 +35,10 @@ def registry() -> dict[str, RobotSpec]:
         if info.name in _NOT_ROBOTS or info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
-        spec = getattr(module, "SPEC", None)
-        if isinstance(spec, RobotSpec):
-            robots[spec.name] = spec
+        # A module names its robot SPEC, or several (variants of one arm) SPECS.
+        for spec in getattr(module, "SPECS", None) or (getattr(module, "SPEC", None),):
+            if isinstance(spec, RobotSpec):
+                robots[spec.name] = spec
     return dict(sorted(robots.items()))
 
 

@@ -1,10 +1,13 @@
-"""Flexiv Rizon 4 with an 85 mm parallel gripper (Robotiq 2F-85 class).
+"""Flexiv Rizon 4 with an 85 mm parallel gripper (Robotiq 2F-85 class): the arm as Flexiv builds
+it now (`flexiv_rizon4`), and with the wrist of arms built before 2024 (`flexiv_rizon4_pre2024`).
 
 Joint names follow flexiv_ros2 with its default empty prefix (`joint1..7`). Kinematics and
 position / velocity / effort limits are in urdf/flexiv_rizon4.urdf; the acceleration limit is
 the one flexiv_ros2's hardware interface hands the RDK motion generator (3 rad/s^2). The RDK
 streams joint commands and states in real time at 1 kHz.
 """
+
+from dataclasses import replace
 
 from r2s2r.robots.spec import CameraSpec, GripperSpec, JointGroup, RobotSpec
 
@@ -46,3 +49,14 @@ SPEC = RobotSpec(
     # (state_rate_hz raises it).
     state_rate_hz=250.0,
 )
+
+# The wrist before Flexiv's 2024 redesign (flexiv_description before 2024-03-29): joint 7 40 mm
+# further along link 6's x axis and a lighter link 6; the flange is 40 mm from a current arm's.
+PRE_2024 = replace(
+    SPEC, name="flexiv_rizon4_pre2024", variant_of=SPEC.name,
+    description="Flexiv Rizon 4 with the pre-2024 wrist, 7-DoF, 85 mm parallel gripper",
+    urdf_changes=(("joint[@name='joint7']/origin", "xyz", "-0.055 0.07 0.11"),
+                  ("link[@name='link6']/inertial/mass", "value", "2.1"),
+                  ("link[@name='link6']/inertial/origin", "xyz", "-0.01 0.06 0.07")))
+
+SPECS = (SPEC, PRE_2024)

@@ -101,6 +101,10 @@ class RobotSpec:
     # through the off-diagonal inertia would push a joint past them (sim.servo.twin_command_limits).
     twin_acceleration_share: float = 1.0
     extra: dict = field(default_factory=dict)
+    # A variant of `urdf`: (element path from <robot>, attribute, value) changes, e.g. an older
+    # revision of a link; urdf_path is then the file with them made (one source for both).
+    urdf_changes: tuple[tuple[str, str, str], ...] = ()
+    variant_of: str = ""  # the robot this one revises: its config, scenes and stacks serve this one too
 
     def __post_init__(self):
         missing = [j for j in self.joint_names if j not in self.home]
@@ -141,7 +145,9 @@ class RobotSpec:
     # -- URDF-derived facts --------------------------------------------------------------
     @property
     def urdf_path(self):
-        return paths.urdf_path(self.urdf)
+        if not self.urdf_changes:
+            return paths.urdf_path(self.urdf)
+        return paths.derived_urdf(self.urdf, self.name, self.urdf_changes)
 
     @cached_property
     def urdf_joints(self) -> dict[str, dict]:
@@ -174,4 +180,4 @@ class RobotSpec:
     def summary(self) -> str:
         groups = ", ".join(f"{g.name} ({len(g.joints)})" for g in self.groups)
         grippers = ", ".join(g.name for g in self.grippers) or "none"
-        return f"{self.name:16s} {self.description}; groups: {groups}; grippers: {grippers}"
+        return f"{self.name:22s} {self.description}; groups: {groups}; grippers: {grippers}"
