@@ -4,6 +4,7 @@ executor and end the node cleanly."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from typing import Callable
@@ -44,12 +45,18 @@ def stop_spinning(executor, thread: threading.Thread | None, timeout: float = 2.
         thread.join(timeout=timeout)
 
 
+def hold_stop_signals() -> None:
+    """Ignore SIGINT and SIGTERM in this process from now on (it is stopping already)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def run(make_node: Callable[[], Node], args=None) -> int:
     prompt_gil_handover()
     exit_with_parent()
     dump_stacks_on()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.ALL)
-    node = None
+    node = executor = None
     code = 0
     try:
         node = make_node()
@@ -65,6 +72,12 @@ def run(make_node: Callable[[], Node], args=None) -> int:
             print(f"[fatal] {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             code = 1
     finally:
+        # From here on the node is stopping: a second SIGINT (a terminal's Ctrl-C reaches the
+        # node, then ros2 launch sends its own) or a SIGTERM must not cut the backend's disconnect
+        # short. SIGKILL still ends a stop that hangs.
+        hold_stop_signals()
+        if executor is not None:  # its worker threads end here, not in the interpreter's exit (which hung
+            executor.shutdown(timeout_sec=5.0)  # after a Ctrl-C had interrupted spin())
         if node is not None:
             close = getattr(node, "close", None)
             if close is not None:
