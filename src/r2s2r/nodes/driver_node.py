@@ -64,6 +64,19 @@ DEFAULTS = {
 }
 
 
+# Numeric parameters: (lowest, highest, what is expected); POSITIVE ones may not be 0 either.
+RANGES = {
+    "control_rate_hz": (0.0, 10000.0, "0 (the robot's own rate) or a rate up to 10 kHz"),
+    "state_rate_hz": (0.0, 10000.0, "0 (the robot's own rate) or a rate up to 10 kHz"),
+    "camera_rate_hz": (0.0, 1000.0, "0 (no twin cameras) or a rate up to 1 kHz"),
+    "real_time_factor": (0.0, 1000.0, "0 (as fast as the CPU allows) or a factor of the wall clock up to 1000"),
+    "watchdog_s": (0.0, 60.0, "a positive time up to 60 s"),
+    "velocity_scale": (0.0, 1.0, "a share of the datasheet velocities in (0, 1]"),
+    "seed": (0, 2**32 - 1, "an integer from 0 to 2^32 - 1"),
+}
+POSITIVE = {"watchdog_s", "velocity_scale"}
+
+
 class DriverNode(Node):
     def __init__(self, scene: Scene | None = None, **node_options):
         """`scene`: the twin's scene as an object (the evaluation engine's perturbed scenes),
@@ -73,6 +86,7 @@ class DriverNode(Node):
         for name, default in DEFAULTS.items():
             if not self.has_parameter(name):
                 self.declare_parameter(name, default)
+        self._check_ranges()
         robot_name = self._param("robot")
         if not robot_name:
             raise ValueError("parameter 'robot' is required: one of the registered robots")
@@ -158,6 +172,14 @@ class DriverNode(Node):
     def _param(self, name):
         value = self.get_parameter(name).value
         return DEFAULTS[name] if value is None else value
+
+    def _check_ranges(self) -> None:
+        """Every numeric parameter within its range, or the node does not start (and says which)."""
+        for name, (low, high, meaning) in RANGES.items():
+            value = self._param(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
+                    or (name in POSITIVE and value == 0):
+                raise ValueError(f"parameter {name!r} is {value!r}; expected {meaning}")
 
     def _camera_names(self) -> tuple[str, ...]:
         twin = self.hardware.twin

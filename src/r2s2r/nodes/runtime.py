@@ -45,6 +45,22 @@ def stop_spinning(executor, thread: threading.Thread | None, timeout: float = 2.
         thread.join(timeout=timeout)
 
 
+def read_only_parameters(node: Node, live: tuple[str, ...] = ("use_sim_time",)) -> None:
+    """Refuse changes at run time to `node`'s parameters other than `live`: the node reads them
+    when it starts, so `ros2 param set` gets a refusal that says how to change them instead of a
+    success that changes nothing. Call it once every parameter is declared."""
+    from rcl_interfaces.msg import SetParametersResult
+
+    def check(parameters) -> SetParametersResult:
+        fixed = [p.name for p in parameters if p.name not in live]
+        if not fixed:
+            return SetParametersResult(successful=True)
+        return SetParametersResult(successful=False, reason=(
+            f"{', '.join(fixed)}: read when {node.get_name()} starts; set it in the stack file or with "
+            f"-p NAME:=VALUE, and restart the node"))
+    node.add_on_set_parameters_callback(check)
+
+
 def hold_stop_signals() -> None:
     """Ignore SIGINT and SIGTERM in this process from now on (it is stopping already)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -60,6 +76,7 @@ def run(make_node: Callable[[], Node], args=None) -> int:
     code = 0
     try:
         node = make_node()
+        read_only_parameters(node)
         executor = MultiThreadedExecutor(num_threads=2)
         executor.add_node(node)
         executor.spin()
