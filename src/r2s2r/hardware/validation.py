@@ -44,10 +44,15 @@ def order_by_names(label: str, names: Sequence[str], expected: Sequence[str]) ->
     return np.array([position[n] for n in expected])
 
 
+def _number(value: float) -> str:
+    """A value for a message: four decimals, or in exponent form where that would run long (1e300)."""
+    return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.4g}"
+
+
 def check_within(label: str, values: np.ndarray, lower: np.ndarray, upper: np.ndarray,
                  names: Sequence[str], unit: str = "rad", tolerance: float = 1e-9) -> None:
     outside = np.flatnonzero((values < lower - tolerance) | (values > upper + tolerance))
     if outside.size:
-        details = ", ".join(f"{names[i]}={values[i]:.4f} not in [{lower[i]:.4f}, {upper[i]:.4f}] {unit}"
+        details = ", ".join(f"{names[i]}={_number(values[i])} not in [{lower[i]:.4f}, {upper[i]:.4f}] {unit}"
                             for i in outside)
         raise CommandError(f"{label}: outside the joint limits: {details}")
