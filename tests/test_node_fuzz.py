@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rclpy.context import Context
 from rclpy.parameter import Parameter
-from std_msgs.msg import Bool, Float64MultiArray
+from std_msgs.msg import Bool, Float64MultiArray, Header
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from r2s2r.nodes.driver_node import DriverNode
@@ -110,3 +110,47 @@ def test_a_trajectory_of_100000_points_and_estop_flapping_are_taken_in_stride(dr
     driver._on_positions("arm", Float64MultiArray(data=list(FR3.home_positions + 0.1)))
     assert np.array_equal(_held(driver), before)
     assert "estop is latched" in driver.loop.controller.stats.last_error
+
+
+# -- policy_node's inputs -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def policy_node(tmp_path_factory):
+    pytest.importorskip("torch")
+    from r2s2r.nodes.policy_node import PolicyNode
+    from r2s2r.policy.formats import save_torchscript
+    from tests.image_policies import PointAtRed, point_at_red_metadata
+    metadata = point_at_red_metadata()  # observes the arm and a 128x96 `scene` image
+    path = save_torchscript(tmp_path_factory.mktemp("policy") / "point.pt", PointAtRed([0.0] * 4, 4), metadata)
+    context = Context()
+    rclpy.init(context=context)
+    node = PolicyNode(context=context, parameter_overrides=[
+        Parameter("robot", value="franka_fr3"), Parameter("policy", value=f"torchscript:{path}")])
+    yield node
+    node.destroy_node()
+    rclpy.shutdown(context=context)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(encoding=st.sampled_from(["rgb8", "bgr8", "mono8", "16UC1", "32FC1", "yuv422", ""]),
+       height=st.integers(0, 260), width=st.integers(0, 340), step=st.integers(0, 2000),
+       size=st.one_of(st.integers(0, 4000), st.just(240 * 320 * 3), st.just(240 * 320 * 3 + 7)),
+       names=st.lists(st.sampled_from(JOINTS + ["elbow"]), max_size=9), positions=st.lists(value, max_size=9),
+       stamp=st.floats(0.0, 2e9))
+def test_hostile_joint_states_and_images_never_raise_out_of_policy_node(policy_node, encoding, height, width,
+                                                                        step, size, names, positions, stamp):
+    from sensor_msgs.msg import Image, JointState
+    header = Header(stamp=Time(sec=int(stamp), nanosec=int((stamp % 1) * 1e9)))
+    policy_node._on_image("scene", Image(header=header, height=height, width=width, encoding=encoding, step=step,
+                                         data=bytes(size)))
+    policy_node._on_joints(JointState(header=header, name=names, position=positions))
+
+
+def test_policy_node_still_assembles_observations_after_hostile_input(policy_node):
+    from sensor_msgs.msg import Image, JointState
+    header = Header(stamp=Time(sec=5))
+    policy_node._on_image("scene", Image(header=header, height=240, width=320, encoding="rgb8", step=960,
+                                         data=bytes(240 * 320 * 3)))
+    policy_node._on_joints(JointState(header=header, name=JOINTS + list(FR3.gripper("gripper").joints),
+                                      position=list(FR3.home_positions) + [0.04, 0.04]))
+    observation = policy_node.assembler.latest()
+    assert observation is not None and observation.images["scene"].shape == (240, 320, 3)

@@ -36,7 +36,7 @@ def order_by_names(label: str, names: Sequence[str], expected: Sequence[str]) ->
     if unknown:
         raise CommandError(f"{label}: unknown joint names {unknown}; expected the joints {', '.join(expected)}")
     if len(set(names)) != len(names):
-        raise CommandError(f"{label}: joint names repeat: {list(names)}")
+        raise CommandError(f"{label}: joint names repeat: {list(names)}; expected each of {', '.join(expected)} once")
     missing = [n for n in expected if n not in names]
     if missing:
         raise CommandError(f"{label}: joints {missing} are missing; expected all of {', '.join(expected)}")
