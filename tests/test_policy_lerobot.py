@@ -223,3 +223,10 @@ def test_diffusion_network_is_fed_its_observation_history(diffusion_folder, monk
     queues = fake.network._queues
     assert len(queues["observation.state"]) == 2
     assert tuple(queues["observation.images"][0].shape) == (1, 1, 3, 48, 64)  # cameras stacked, as lerobot does
+
+
+def test_a_lerobot_network_is_never_probed_nor_batched(act_folder, monkeypatch):
+    """Its network keeps state between calls: loading it runs nothing, and it takes no batch."""
+    fake = FakeLeRobot(monkeypatch, chunk=20)
+    policy = load_policy(f"lerobot:{act_folder}", FR3, {"cameras": {"observation.images.front": "scene"}})
+    assert fake.batches == [] and not policy.accepts_batch

@@ -194,6 +194,8 @@ def _lerobot_network(folder: LeRobotFolder):
 class LeRobotPolicy(TensorPolicy):
     """Normalises with the folder's statistics, runs the LeRobot network on one chunk."""
 
+    may_batch = False  # its network keeps observation queues and histories between calls
+
     def __init__(self, folder: LeRobotFolder, metadata: PolicyMetadata, normalizer: Normalizer,
                  cameras: dict[str, str]):
         self.folder = folder

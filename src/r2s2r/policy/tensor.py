@@ -70,7 +70,11 @@ class TensorPolicy:
         self.normalizer = normalizer
         self.runner = runner
         self.source = source
-        self.accepts_batch = self._runs_a_batch()
+        self.accepts_batch = self.may_batch and self._runs_a_batch()
+
+    # Whether to try the model on a batch at all: a network that keeps state between calls
+    # (LeRobot's queues and histories) must neither batch nor see a probe's inputs.
+    may_batch = True
 
     def _runs_a_batch(self) -> bool:
         """Whether the model takes BATCH_ROWS rows at once (a fixed batch of 1 does not)."""
