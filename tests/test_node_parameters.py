@@ -60,3 +60,26 @@ def test_a_running_node_refuses_parameter_changes_and_keeps_running(tmp_path, st
     finally:
         rclpy.shutdown(context=context)
     assert proc.proc.poll() is None and "Traceback" not in proc.output, proc.output
+
+
+@pytest.mark.parametrize("node, overrides, expected", [
+    ("policy", {"command_rate_hz": float("nan")}, "parameter 'command_rate_hz' is nan; expected a rate in Hz"),
+    ("policy", {"command_rate_hz": -5.0}, "parameter 'command_rate_hz' is -5.0; expected a rate in Hz"),
+    ("recorder", {"duration_s": -1.0}, "parameter 'duration_s' is -1.0; expected 0 (until stopped)"),
+    ("recorder", {"duration_s": float("nan")}, "parameter 'duration_s' is nan; expected 0 (until stopped)"),
+])
+def test_policy_and_recorder_refuse_out_of_range_numbers_by_name(node, overrides, expected, tmp_path):
+    """Checked before anything starts: the recorder writes no bag."""
+    from r2s2r.nodes.policy_node import PolicyNode
+    from r2s2r.nodes.recorder_node import RecorderNode
+    base = {"policy": {"robot": "franka_fr3", "policy": "scripted:hold"},
+            "recorder": {"robot": "franka_fr3", "out": str(tmp_path / "bag.mcap")}}[node]
+    make = {"policy": PolicyNode, "recorder": RecorderNode}[node]
+    context = Context()
+    rclpy.init(context=context)
+    try:
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            make(context=context, parameter_overrides=[Parameter(k, value=v) for k, v in {**base, **overrides}.items()])
+    finally:
+        rclpy.shutdown(context=context)
+    assert not (tmp_path / "bag.mcap").exists()

@@ -86,8 +86,9 @@ class PolicyNode(Node):
         self.create_service(Trigger, "~/stop", self._on_stop)
         self.create_service(Trigger, "~/reset", self._on_reset)
         rate = self._param("command_rate_hz", 100.0)
-        if rate <= 0:
-            raise ValueError(f"parameter 'command_rate_hz' is {rate}; expected a rate in Hz greater than 0")
+        if not 0 < rate <= 10000:  # NaN too
+            raise ValueError(f"parameter 'command_rate_hz' is {rate}; expected a rate in Hz greater than 0, "
+                             "up to 10 kHz")
         self.create_timer(1.0 / rate, self._tick)
         self.create_timer(1.0, self._publish_diagnostics)
         if self._param("autostart", False):

@@ -41,8 +41,8 @@ def _qos_for(topic: str):
 
 
 class RecorderNode(Node):
-    def __init__(self):
-        super().__init__("recorder")
+    def __init__(self, **node_options):
+        super().__init__("recorder", **node_options)  # options: a test's context and parameter_overrides
         self.declare_parameters("", [("robot", ""), ("out", ""), ("cameras", Parameter.Type.STRING_ARRAY),
                                      ("depth", True), ("duration_s", 0.0), ("stack", "")])
         robot = self.get_parameter("robot").value
@@ -51,6 +51,10 @@ class RecorderNode(Node):
             raise ValueError("parameter 'robot' is required: one of the registered robots")
         if not out:
             raise ValueError("parameter 'out' is required: the MCAP bag to write")
+        duration = self.get_parameter("duration_s").value
+        if not 0 <= duration < float("inf"):  # NaN too; before the bag is created
+            raise ValueError(f"parameter 'duration_s' is {duration}; expected 0 (until stopped) or a positive time "
+                             "in seconds")
         self.robot = get_robot(robot)
         try:
             cameras = [c for c in self.get_parameter("cameras").value if c]
@@ -66,7 +70,6 @@ class RecorderNode(Node):
         for topic, kind in topics.items():
             self.create_subscription(message_class(kind), topic, lambda msg, t=topic: self._on_message(t, msg),
                                      _qos_for(topic))
-        duration = self.get_parameter("duration_s").value
         if duration > 0:
             self._stop_timer = self.create_timer(duration, self._stop)
         self.get_logger().info(f"recording {self.robot.name} ({len(topics)} topics, cameras "
