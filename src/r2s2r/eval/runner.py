@@ -49,7 +49,6 @@ import numpy as np
 
 from r2s2r.contract.types import CommandError
 from r2s2r.eval.tasks import Outcome
-from r2s2r.hardware.base import Lifecycle
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.policy import Observation, PolicyMetadata, PolicyRuntime, RuntimeConfig, load_policy, read_policy_config
@@ -133,19 +132,6 @@ class TrialResult:
 
 class TrialError(RuntimeError):
     """A trial raised: the message names its inputs so it can be rerun alone."""
-
-
-class _ReusedTwin(SimHardware):
-    """SimHardware around a compiled twin of the same scene: connect() only resets it."""
-
-    def __init__(self, twin: Twin, seed: int):
-        super().__init__(twin.scene, seed)
-        self._compiled = twin
-
-    def connect(self) -> None:
-        self.twin = self._compiled
-        self.twin.reset(self.seed)
-        self.state = Lifecycle.INACTIVE
 
 
 class TrialObserver:
@@ -338,7 +324,7 @@ class _Trial:
         self.task = task = copy.copy(worker.task(spec.task))
         task.new_episode(spec.values)
         scene = task.scene(spec.values)
-        hardware = _ReusedTwin(worker.twin(spec.task, scene, slot), spec.seed)
+        hardware = SimHardware.from_twin(worker.twin(spec.task, scene, slot), spec.seed)
         hardware.connect()
         self.twin = twin = hardware.twin
         self.loop = loop = ControlLoop(hardware, spec.control_rate_hz)

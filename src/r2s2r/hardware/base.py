@@ -51,6 +51,9 @@ class Hardware(abc.ABC):
     link_timeout_s: float = 0.05  # a read that takes longer than this is a lost link
     # A backend that plays one setpoint per robot cycle needs the driver at exactly that rate.
     required_control_rate_hz: float | None = None
+    # A simulated backend's clock moves only when the control loop steps it (`advance`); a real
+    # robot's is the host's.
+    simulated: bool = False
 
     def __init__(self, robot: RobotSpec, settings: Mapping[str, Any] | None = None):
         self.robot = robot

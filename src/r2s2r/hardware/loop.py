@@ -29,7 +29,7 @@ class ControlLoop:
         self.robot = hardware.robot
         self.rate_hz = control_rate_hz or self.robot.control_rate_hz
         self.dt = 1.0 / self.rate_hz
-        self.simulated = hasattr(hardware, "advance")
+        self.simulated = hardware.simulated
         if self.simulated:
             # The twin steps a whole number of physics steps per control cycle.
             self.steps_per_cycle = max(1, int(round(self.dt / hardware.timestep)))

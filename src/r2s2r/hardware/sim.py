@@ -13,6 +13,7 @@ from r2s2r.sim.twin import Twin
 
 class SimHardware(Hardware):
     backend = "sim"
+    simulated = True
 
     def __init__(self, scene: Scene, seed: int | None = None):
         from r2s2r.robots import get_robot
@@ -20,9 +21,22 @@ class SimHardware(Hardware):
         self.scene = scene
         self.seed = seed
         self.twin: Twin | None = None
+        self._compiled: Twin | None = None  # from_twin's: connect() resets it instead of compiling
+
+    @classmethod
+    def from_twin(cls, twin: Twin, seed: int | None = None) -> "SimHardware":
+        """SimHardware around a twin compiled already (a worker's cached one, a cell with its
+        own model edits): connect() resets it from `seed` instead of compiling the scene again."""
+        hardware = cls(twin.scene, seed)
+        hardware._compiled = twin
+        return hardware
 
     def connect(self) -> None:
-        self.twin = Twin(self.scene, seed=self.seed)
+        if self._compiled is not None:
+            self.twin = self._compiled
+            self.twin.reset(self.seed)
+        else:
+            self.twin = Twin(self.scene, seed=self.seed)
         self.state = Lifecycle.INACTIVE
 
     def command_limits(self, limits):

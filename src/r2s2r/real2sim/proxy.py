@@ -27,7 +27,6 @@ from r2s2r.camera.geometry import MUJOCO_TO_OPTICAL, matrix_to_quat, quat_to_mat
 from r2s2r.camera.info import CameraCalibration
 from r2s2r.contract.types import JointSample
 from r2s2r.data.episode import EpisodeWriter
-from r2s2r.hardware.base import Lifecycle
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.real2sim.markers import Marker, add_markers
@@ -111,9 +110,8 @@ class ProxyCell:
         Cameras record RGB (and depth) at `frame_rate_hz` from the start; `calibration_frames`
         frames are taken before the first command, while the scene is at rest."""
         rng = np.random.default_rng(self.seed if seed is None else seed)
-        hw = SimHardware(self.scene, seed=self.seed)
-        hw.twin = Twin(self.scene, seed=self.seed, spec=self._spec())
-        hw.state = Lifecycle.INACTIVE
+        hw = SimHardware.from_twin(Twin(self.scene, seed=self.seed, spec=self._spec()), seed=self.seed)
+        hw.connect()
         twin = hw.twin
         params = TwinParameters(twin.model, twin.robot, self.scene.objects)
         params.prepare(twin.model)

@@ -37,6 +37,7 @@ class _SetpointRecorder(Hardware):
     within the limits the twin's driver commands with."""
 
     backend = "replay"
+    simulated = True
 
     def __init__(self, robot, sample: JointSample, timestep: float, model: mujoco.MjModel):
         super().__init__(robot)
