@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) bench/driver_loop.py
 	$(PY) bench/eval_throughput.py
 	$(PY) bench/policy_eval_throughput.py
+	$(PY) bench/stack_endurance.py
 	$(PY) bench/search_efficiency.py
 	$(PY) bench/replay.py
 
