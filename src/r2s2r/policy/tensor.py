@@ -9,10 +9,9 @@ for `act`. A model whose batch dimension is free (every format r2s2r saves) also
 `act_batch`, which runs many observations in one call; the loaders find out which by trying.
 
 Batched rows are the rows one-at-a-time calls of `act_batch` give, bit for bit: CPU matrix
-kernels take rows in blocks, and a row in a partial block goes through other code and comes out
-about 1e-7 different (measured with torch 2.13: batches of 1-3 and 6 rows differ from batches
-of 4, 8, 12, 16, 24 and 48, which agree). So every call is padded to whole blocks of
-BATCH_ROWS rows; `act` alone, for the live graph, runs the single row unpadded.
+kernels take rows in blocks and compute a row in a partial block differently (docs/evaluation.md
+has the measurement), so every call is padded to whole blocks of BATCH_ROWS rows; `act` alone,
+for the live graph, runs the single row unpadded.
 """
 
 from __future__ import annotations
