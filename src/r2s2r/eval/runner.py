@@ -265,20 +265,19 @@ class TrialWorker:
             for slot, spec in enumerate(specs):
                 trials.append(self._guarded(spec, _Trial, self, spec, slot, observer or TrialObserver()))
             policy = trials[0].policy
-            batched = len(trials) > 1 or getattr(policy, "accepts_batch", False)
+            batched = getattr(policy, "accepts_batch", False)  # run_batch gives others one trial at a time
             running = list(trials)
             while running:
                 wanting = [t for t in running if t.wants_observation()]
                 clock = time.perf_counter()
-                observations = {id(t): self._guarded(t.spec, t.observe) for t in running}
+                observations = {id(t): self._guarded(t.spec, t.observe, t in wanting) for t in running}
                 self.timing["render"] += time.perf_counter() - clock
                 if batched and wanting:
                     clock = time.perf_counter()
                     chunks = _act_batch(policy, [observations[id(t)] for t in wanting])
-                    latency = time.perf_counter() - clock
-                    self.timing["policy"] += latency
+                    self.timing["policy"] += time.perf_counter() - clock
                     for t, chunk in zip(wanting, chunks):
-                        t.prefetched = (chunk, latency)
+                        t.prefetched = chunk
                 for t in running:
                     self._guarded(t.spec, t.tick, observations[id(t)])
                 running = [t for t in running if not t.finished]
@@ -333,7 +332,7 @@ class _Trial:
         self.policy, config = worker.policy(spec.policy, hardware.robot)
         self.cameras = tuple(self.policy.metadata.observation.cameras)
         self.renderer = worker.renderer(spec.task, scene, twin, slot) if self.cameras else None
-        self.prefetched: tuple | None = None  # (chunk or error, latency) of this tick's batched call
+        self.prefetched = None  # the chunk (or the error) this tick's batched call made for this trial
         self.runtime = PolicyRuntime(self.policy, config, act=self._prefetched_act)
         self.runtime.reset()
         self.layout = JointLayout.from_robot(hardware.robot)
@@ -350,7 +349,7 @@ class _Trial:
         """The chunk the batch's call made for this trial; alone, the policy's own act."""
         if self.prefetched is None:
             return self.policy.act(observation)
-        (chunk, _), self.prefetched = self.prefetched, None
+        chunk, self.prefetched = self.prefetched, None
         if isinstance(chunk, Exception):
             raise chunk
         return chunk
@@ -358,13 +357,14 @@ class _Trial:
     def wants_observation(self) -> bool:
         return self.runtime.wants_observation(self.twin.time)
 
-    def observe(self) -> Observation:
+    def observe(self, for_policy: bool) -> Observation:
+        """The observation now; the policy's cameras rendered only when it will see them (`for_policy`)."""
         now = self.twin.time
         joints, grippers = self.layout.split(self.loop.sample())
         # The policy's cameras, rendered from the twin's state now when the policy will see them
         # (as a camera publishing on the tick would).
         images = {c: self.renderer.rgb(c) for c in self.cameras} \
-            if self.renderer is not None and self.runtime.wants_observation(now) else {}
+            if self.renderer is not None and for_policy else {}
         return Observation(now, joints, grippers, images=images, objects=self.task.object_poses(self.twin))
 
     def tick(self, observation: Observation) -> None:

@@ -19,6 +19,9 @@ _ASSET_FIELDS = ("mesh_vert", "mesh_normal", "mesh_texcoord", "mesh_face", "mesh
                  "hfield_data", "hfield_size", "hfield_nrow", "hfield_ncol", "skin_vert", "flex_vert")
 
 
+_DEFAULT_OPTION = mujoco.MjvOption()  # what mujoco.Renderer draws with; read, never changed
+
+
 def _assets_key(model: mujoco.MjModel) -> str:
     digest = hashlib.sha1()
     for name in _ASSET_FIELDS:
@@ -128,7 +131,7 @@ class TwinRenderer:
         view = mujoco.MjvCamera()
         view.type = mujoco.mjtCamera.mjCAMERA_FIXED
         view.fixedcamid = model.camera(camera).id
-        mujoco.mjv_updateScene(model, data, mujoco.MjvOption(), None, view, mujoco.mjtCatBit.mjCAT_ALL.value,
+        mujoco.mjv_updateScene(model, data, _DEFAULT_OPTION, None, view, mujoco.mjtCatBit.mjCAT_ALL.value,
                                self._scene)
         width, height = self.twin.camera_resolution(camera)
         rect = mujoco.MjrRect(0, 0, width, height)
