@@ -51,3 +51,15 @@ def ros_client():
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def ros_context():
+    """An rclpy Context of the test module's own, for nodes built in-process whose callbacks the
+    tests call directly (as the executor would)."""
+    import rclpy
+    from rclpy.context import Context
+    context = Context()
+    rclpy.init(context=context)
+    yield context
+    rclpy.shutdown(context=context)

@@ -289,20 +289,20 @@ def test_camera_info_sets_the_output_size_and_must_match_an_explicit_one(tmp_pat
     cameras = parse_camera_config({"cameras": [{"name": "a", "source": "device:0", "camera_info": "cam.yaml"}]},
                                   str(tmp_path / "cams.yaml"))
     assert (cameras[0].width, cameras[0].height) == (640, 480) and cameras[0].calibration.fx == 500
-    with pytest.raises(ConfigError, match=r"cameras\[0\].camera_info: expected a calibration for the configured "
+    with pytest.raises(ConfigError, match=r"cameras\[0\] \(a\).camera_info: expected a calibration for the configured "
                                           r"320x240 image.*is for 640x480"):
         parse_camera_config({"cameras": [{"name": "a", "source": "device:0", "camera_info": "cam.yaml",
                                           "width": 320, "height": 240}]}, str(tmp_path / "cams.yaml"))
 
 
 @pytest.mark.parametrize("camera, match", [
-    ({"name": "a", "source": "webcam0"}, r"cameras\[0\].source: expected device:INDEX\|PATH"),
+    ({"name": "a", "source": "webcam0"}, r"cameras\[0\] \(a\).source: expected device:INDEX\|PATH"),
     ({"name": "a", "source": "file:missing.mp4"}, "file:PATH naming an existing video file"),
     ({"name": "a", "source": "folder:missing"}, "folder:DIR naming an existing folder"),
     ({"name": "a", "source": "device:zero"}, r"device:INDEX \(0, 1, ...\)"),
     ({"name": "a", "source": "device:0", "depth": True}, "only realsense: and twin: sources measure depth"),
     ({"name": "a", "source": "rtsp://cam/live", "at_end": "end"}, "only file: and folder: sources end"),
-    ({"name": "a", "source": "device:0", "rate": 0}, r"cameras\[0\].rate: expected a number greater than 0"),
+    ({"name": "a", "source": "device:0", "rate": 0}, r"cameras\[0\] \(a\).rate: expected a number greater than 0"),
     ({"name": "a", "source": "device:0", "width": 640}, "width and height given together"),
     ({"name": "a", "source": "device:0", "encoding": "yuv422"}, "expected one of rgb8, bgr8"),
     ({"name": "cam/high", "source": "device:0"}, "letters, digits and underscores"),

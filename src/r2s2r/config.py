@@ -25,7 +25,12 @@ class ConfigError(ValueError):
         detail = f"expected {expected}"
         if got is not None:
             detail += f", got {got!r}"
-        super().__init__(f"{where}: {detail}")
+        super().__init__(_printable(f"{where}: {detail}"))  # one line, whatever a file or key name holds
+
+
+def _printable(text: str) -> str:
+    """`text` with its control characters (a newline in a file or key name) escaped as Python writes them."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -35,6 +40,8 @@ def load_yaml(path: str | Path) -> dict:
         raise ConfigError(path, "", "an existing YAML file", "file not found")
     try:
         data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, f"byte {exc.start}", "a UTF-8 text file", exc.object[exc.start:exc.start + 4]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "document"
@@ -112,12 +119,14 @@ class Section:
             raise self.error(name, f"a number <= {maximum}", value)
         return value
 
-    def integer(self, name: str, default: Any = ..., minimum: int | None = None) -> int:
+    def integer(self, name: str, default: Any = ..., minimum: int | None = None, maximum: int | None = None) -> int:
         value = self.raw(name, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(name, "an integer", value)
         if minimum is not None and value < minimum:
             raise self.error(name, f"an integer >= {minimum}", value)
+        if maximum is not None and value > maximum:
+            raise self.error(name, f"an integer <= {maximum}", value)
         return value
 
     def boolean(self, name: str, default: Any = ...) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from r2s2r.camera.board import MAX_EDGE_WIDTH_PX, Board, BoardDetection, BoardNotFound
 from r2s2r.camera.geometry import transform
-from r2s2r.camera.info import CameraCalibration
+from r2s2r.camera.info import INTRINSICS_EXPECTED, CameraCalibration
 
 MIN_IMAGES = 5
 # Radial coefficients to fit -> (OpenCV flags, ROS distortion model).
@@ -126,7 +126,8 @@ def board_pose_from_detection(detection: BoardDetection, board: Board, calibrati
         raise CalibrationError(f"a chessboard of {sx} x {sy} squares looks the same turned half a turn, so its "
                                "pose is ambiguous; use one with an odd and an even number of squares, or ChArUco")
     if not calibration.calibrated:
-        raise CalibrationError("the camera is uncalibrated (K is zero); calibrate its intrinsics first")
+        raise CalibrationError(f"the camera's calibration has {calibration.intrinsics_problem()}; expected "
+                               f"{INTRINSICS_EXPECTED} (calibrate its intrinsics first)")
     if detection.image_size != (calibration.width, calibration.height):
         raise CalibrationError(f"image is {detection.image_size[0]}x{detection.image_size[1]}, the calibration is for "
                                f"{calibration.width}x{calibration.height}")

@@ -18,24 +18,28 @@
         fourcc: MJPG                   # device: sources: the pixel format to ask for
 
 Relative paths are taken from the config file's folder first, then the package's share folder.
+Every value is checked here, before a node starts: an error names the file, the camera, the key,
+the value and what was expected.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from r2s2r import paths
-from r2s2r.camera.info import CameraCalibration, read_calibration
+from r2s2r.camera.info import INTRINSICS_EXPECTED, CameraCalibration, read_calibration
 from r2s2r.camera.sources import URI_FORMS, FolderSource, FrameSource, OpenCVSource, TwinSource, parse_uri
 from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.contract.frames import camera_optical_frame
+from r2s2r.contract.names import CAMERA_NAME, CAMERA_NAME_EXPECTED
 
 ENCODINGS = ("rgb8", "bgr8")
 DEPTH_ENCODINGS = ("16UC1", "32FC1")
 AT_END = ("loop", "end")
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # one ROS topic name token
+MAX_SIZE = 16384  # pixels a side
+MIN_RATE, MAX_RATE = 0.001, 1000.0  # frames a second
+MAX_WAIT_S = 3600.0  # the longest timeout and reconnection backoff
 
 
 @dataclass(frozen=True)
@@ -92,33 +96,48 @@ def _resolve_source(sec: Section, base: Path) -> str:
         if not scene_file or not camera:
             raise sec.error("source", "twin:SCENE.yaml#CAMERA", uri)
         path = _find(base, scene_file)
-        from r2s2r.sim.scene import load_scene  # the scene's own errors name its file and key
-        cameras = [c.name for c in load_scene(path).all_cameras()]
+        from r2s2r.sim.scene import load_scene
+        try:
+            cameras = [c.name for c in load_scene(path).all_cameras()]
+        except ConfigError as exc:  # it names the scene file and its key; this names the camera
+            raise sec.error("source", f"twin:SCENE.yaml#CAMERA naming a scene that loads ({exc})", uri) from None
         if camera not in cameras:
             raise sec.error("source", f"a camera of {path}: " + ", ".join(cameras), camera)
         return f"twin:{path}#{camera}"
-    if scheme == "device" and not rest.isdigit() and not Path(rest).is_absolute():
+    if scheme == "device" and not _index(rest) and not Path(rest).is_absolute():
         raise sec.error("source", "device:INDEX (0, 1, ...) or device:/dev/videoN", uri)
     return uri
 
 
+def _index(text: str) -> bool:
+    """A device index: ASCII digits only (str.isdigit also takes '²', which int() refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def _camera(sec: Section, base: Path) -> CameraConfig:
+    name = sec.string("name")
+    if not CAMERA_NAME.fullmatch(name):
+        raise sec.error("name", CAMERA_NAME_EXPECTED, name)
+    sec = Section(sec.data, sec.source, f"{sec.path} ({name})")  # from here on errors name the camera too
     sec.reject_unknown({"name", "source", "frame_id", "rate", "width", "height", "encoding", "depth",
                         "depth_encoding", "camera_info", "at_end", "reconnect", "timeout", "wait_for_subscribers",
                         "fourcc"})
-    name = sec.string("name")
-    if not _NAME.match(name):
-        raise sec.error("name", "letters, digits and underscores, starting with a letter (a topic name)", name)
     source = _resolve_source(sec, base)
     scheme = parse_uri(source)[0]
     if sec.has("width") != sec.has("height"):
         raise sec.error("width" if sec.has("width") else "height", "width and height given together")
-    width = sec.integer("width", None, minimum=1) if sec.has("width") else None
-    height = sec.integer("height", None, minimum=1) if sec.has("height") else None
+    width = sec.integer("width", None, minimum=1, maximum=MAX_SIZE) if sec.has("width") else None
+    height = sec.integer("height", None, minimum=1, maximum=MAX_SIZE) if sec.has("height") else None
     calibration, info_path = None, None
     if sec.has("camera_info"):
         info_path = _find(base, sec.string("camera_info"))
-        calibration = read_calibration(info_path)  # its errors name the file and the key
+        try:
+            calibration = read_calibration(info_path)
+        except ConfigError as exc:  # it names the camera_info file and its key; this names the camera
+            raise sec.error("camera_info", f"a readable camera_info YAML ({exc})") from None
+        problem = calibration.intrinsics_problem()
+        if problem:
+            raise sec.error("camera_info", f"a calibration: {INTRINSICS_EXPECTED}", f"{info_path} has {problem}")
         if width is None:
             width, height = calibration.width, calibration.height
         elif (width, height) != (calibration.width, calibration.height):
@@ -132,18 +151,18 @@ def _camera(sec: Section, base: Path) -> CameraConfig:
         raise sec.error("at_end", "no at_end: only file: and folder: sources end", at_end)
     reconnect = sec.section("reconnect", {})
     reconnect.reject_unknown({"initial", "max"})
-    initial = reconnect.number("initial", 0.5, positive=True)
+    initial = reconnect.number("initial", 0.5, positive=True, maximum=MAX_WAIT_S)
     fourcc = sec.string("fourcc", None) if sec.has("fourcc") else None
-    if fourcc is not None and len(fourcc) != 4:
-        raise sec.error("fourcc", "four characters, such as MJPG or YUYV", fourcc)
+    if fourcc is not None and (len(fourcc) != 4 or not fourcc.isascii()):
+        raise sec.error("fourcc", "four ASCII characters, such as MJPG or YUYV", fourcc)
     return CameraConfig(
         name=name, source=source, frame_id=sec.string("frame_id", camera_optical_frame(name)),
-        rate=sec.number("rate", 30.0, positive=True, maximum=1000.0), width=width, height=height,
+        rate=sec.number("rate", 30.0, positive=True, minimum=MIN_RATE, maximum=MAX_RATE), width=width, height=height,
         encoding=sec.string("encoding", "rgb8", choices=ENCODINGS), depth=depth,
         depth_encoding=sec.string("depth_encoding", "16UC1", choices=DEPTH_ENCODINGS), calibration=calibration,
         camera_info=str(info_path) if info_path else None, at_end=at_end, reconnect_initial=initial,
-        reconnect_max=reconnect.number("max", max(5.0, initial), minimum=initial),
-        timeout=sec.number("timeout", 5.0, positive=True),
+        reconnect_max=reconnect.number("max", max(5.0, initial), minimum=initial, maximum=MAX_WAIT_S),
+        timeout=sec.number("timeout", 5.0, positive=True, maximum=MAX_WAIT_S),
         wait_for_subscribers=sec.integer("wait_for_subscribers", 0, minimum=0), fourcc=fourcc)
 
 
@@ -171,7 +190,7 @@ def make_source(config: CameraConfig) -> FrameSource:
     """The FrameSource a camera's URI names (not yet opened)."""
     scheme, rest = parse_uri(config.source)
     if scheme == "device":
-        return OpenCVSource(config.source, "device", int(rest) if rest.isdigit() else rest, config.width,
+        return OpenCVSource(config.source, "device", int(rest) if _index(rest) else rest, config.width,
                             config.height, config.rate, config.fourcc, config.timeout)
     if scheme == "file":
         return OpenCVSource(config.source, "file", rest)

@@ -20,6 +20,7 @@ from r2s2r.config import ConfigError, Section, load_yaml
 
 # Distortion models of sensor_msgs/distortion_models.hpp and how many coefficients each takes.
 DISTORTION_MODELS = {"plumb_bob": (5,), "rational_polynomial": (8,), "equidistant": (4,)}
+INTRINSICS_EXPECTED = "K with focal lengths fx and fy greater than 0, and finite K and D"
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +64,20 @@ class CameraCalibration:
 
     @property
     def calibrated(self) -> bool:
-        return self.K[0, 0] > 0
+        return not self.intrinsics_problem()
+
+    def intrinsics_problem(self) -> str:
+        """'' where K and D are a usable calibration; else what is wrong with them, for a message
+        that goes on "...; expected " + INTRINSICS_EXPECTED."""
+        bad = [f"{name}[{i}] = {v}" for name in "KD" for i, v in enumerate(getattr(self, name).reshape(-1))
+               if not math.isfinite(v)]
+        if bad:
+            return f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}"
+        if not self.K.any():
+            return "K all zero (an uncalibrated camera, as camera_info_manager publishes one)"
+        if not (self.fx > 0 and self.fy > 0):
+            return f"K with fx {self.fx:g} and fy {self.fy:g}"
+        return ""
 
     @property
     def fx(self) -> float:
@@ -197,4 +211,4 @@ def read_calibration(path: str | Path) -> CameraCalibration:
 
 
 __all__ = ["CameraCalibration", "calibration_yaml", "write_calibration", "read_calibration",
-           "parse_calibration", "ConfigError", "DISTORTION_MODELS"]
+           "parse_calibration", "ConfigError", "DISTORTION_MODELS", "INTRINSICS_EXPECTED"]

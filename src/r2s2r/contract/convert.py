@@ -133,12 +133,26 @@ def image_msg(image: np.ndarray, encoding: str, stamp: float, frame_id: str) -> 
 
 
 def image_array(msg: Image) -> np.ndarray:
+    """The pixels of an Image, H x W x C (H x W for one channel), rows read `step` bytes apart.
+    An encoding this does not know, a size of 0, a step shorter than a row or data that is not
+    height x step bytes is a ValueError that says what the message holds and what was expected."""
     if msg.encoding not in _ENCODINGS:
-        raise ValueError(f"image encoding {msg.encoding!r} is not one of {', '.join(_ENCODINGS)}")
-    dtype, channels = _ENCODINGS[msg.encoding]
-    row = np.frombuffer(bytes(msg.data), dtype=dtype).reshape(msg.height, -1)
-    row = row[:, : msg.width * channels]
-    return row.reshape(msg.height, msg.width, channels) if channels > 1 else row.reshape(msg.height, msg.width)
+        raise ValueError(f"image encoding {msg.encoding!r}; expected one of {', '.join(_ENCODINGS)}")
+    kind, channels = _ENCODINGS[msg.encoding]
+    dtype = np.dtype(kind).newbyteorder(">" if msg.is_bigendian else "<")
+    image = f"a {msg.width}x{msg.height} {msg.encoding} image"
+    if msg.width < 1 or msg.height < 1:
+        raise ValueError(f"{image}; expected a width and height of at least 1 pixel")
+    row = msg.width * channels * dtype.itemsize
+    if msg.step < row:
+        raise ValueError(f"{image} with step {msg.step}; expected a step of at least {row} bytes (width x "
+                         f"{channels * dtype.itemsize} bytes a pixel)")
+    if len(msg.data) != msg.height * msg.step:
+        raise ValueError(f"{image} with step {msg.step} and {len(msg.data)} bytes of data; expected "
+                         f"{msg.height * msg.step} bytes (height x step)")
+    pixels = np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.step)[:, :row].view(dtype)
+    pixels = pixels.astype(dtype.newbyteorder("="), copy=False)
+    return pixels.reshape(msg.height, msg.width, channels) if channels > 1 else pixels
 
 
 def camera_frame(msg: Image, camera: str) -> CameraFrame:

@@ -6,6 +6,11 @@ robots apart; `~/` names are private to the node that serves them.
 
 from __future__ import annotations
 
+import re
+
+CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # one token of a topic name (use fullmatch)
+CAMERA_NAME_EXPECTED = "letters, digits and underscores, starting with a letter (a topic name)"
+
 
 class Topics:
     JOINT_STATES = "joint_states"

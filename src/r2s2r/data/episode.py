@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from r2s2r.camera.info import CameraCalibration
+from r2s2r.camera.info import INTRINSICS_EXPECTED, CameraCalibration
 from r2s2r.contract.names import Topics
 from r2s2r.robots import RobotSpec, UnknownRobotError, get_robot, registry
 
@@ -183,6 +183,7 @@ class CameraStream:
     rgb: tuple[np.ndarray, ...]
     depth_times: np.ndarray
     depth: tuple[np.ndarray, ...]  # float32 metres, NaN where the sensor saw nothing
+    calibration_problem: str = ""  # why camera_info gives no usable calibration ('' when it does)
 
     def rgb_at(self, t: float) -> tuple[float, np.ndarray]:
         i = int(np.argmin(np.abs(self.rgb_times - t)))
@@ -220,10 +221,10 @@ class Episode:
     def calibrated_camera(self, name: str) -> CameraStream:
         """A camera whose calibration is known; a missing camera_info is an EpisodeError."""
         cam = self.camera(name)
-        if cam.calibration is None or not cam.calibration.calibrated:
+        problem = cam.calibration_problem or ("has no message on it" if cam.calibration is None else "")
+        if problem:
             topic = _absolute(self.namespace, Topics.camera_info(name))
-            why = "no message on it" if cam.calibration is None else "an uncalibrated one (K is zero)"
-            raise EpisodeError(f"{self.source}: camera {name} has images but {topic} has {why}; reconstruction and "
+            raise EpisodeError(f"{self.source}: camera {name} has images but {topic} {problem}; reconstruction and "
                                "image alignment need the camera's calibration (record camera_info, or calibrate "
                                "with `r2s2r calibrate`)")
         return cam
@@ -352,7 +353,6 @@ def load_episode(path: str | Path, robot: str | None = None, require_commands: b
 
 
 def _cameras(messages, rel, clock_gap: float, t0: float, source: str) -> dict[str, CameraStream]:
-    from r2s2r.contract.convert import camera_info_arrays, image_array
     found: dict[str, dict] = {}
     for m in messages:
         topic = rel(m.topic) or ""
@@ -367,49 +367,80 @@ def _cameras(messages, rel, clock_gap: float, t0: float, source: str) -> dict[st
             entry["depth"].append(m)
         elif what == "camera_info" and entry["info"] is None:
             entry["info"] = m.msg
+
+    def frames(ms, convert_image):
+        if not ms:
+            return np.zeros(0), ()
+        gap = float(np.median([m.stamp - _stamp(m.msg) for m in ms]))
+        # A camera's own clock maps onto the recorder's by its median gap, then onto the state clock.
+        times = np.array([_stamp(m.msg) + gap - clock_gap - t0 for m in ms])
+        order = np.argsort(times, kind="stable")
+        images = []
+        for i in order:
+            try:
+                images.append(convert_image(ms[i].msg))
+            except ValueError as exc:  # a recording is raw: what the camera sent is refused where it is read
+                raise EpisodeError(f"{source}: {ms[i].topic}, message {i + 1} of {len(ms)}: {exc}") from None
+        return times[order], tuple(images)
+
     cameras = {}
     for name, entry in found.items():
-        info = entry["info"]
-        calibration = None
-        if info is not None:
-            width, height, k, d, r, p, model = camera_info_arrays(info)
-            if width > 0 and height > 0:
-                calibration = CameraCalibration(width, height, k, d, r, p, model or "plumb_bob", name)
-
-        def frames(ms, convert_image):
-            if not ms:
-                return np.zeros(0), ()
-            gap = float(np.median([m.stamp - _stamp(m.msg) for m in ms]))
-            # A camera's own clock maps onto the recorder's by its median gap, then onto the state clock.
-            times = np.array([_stamp(m.msg) + gap - clock_gap - t0 for m in ms])
-            order = np.argsort(times, kind="stable")
-            return times[order], tuple(convert_image(ms[i].msg) for i in order)
-
-        def depth_image(msg):
-            image = image_array(msg)
-            if msg.encoding == "16UC1":  # millimetres, 0 = no return
-                out = image.astype(np.float32) / 1000.0
-                out[image == 0] = np.nan
-                return out
-            out = image.astype(np.float32)
-            out[~np.isfinite(out) | (out <= 0)] = np.nan
-            return out
-
-        def rgb_image(msg, name=name):  # called in this iteration; bound so no later name leaks in
-            image = image_array(msg)
-            if msg.encoding == "bgr8":
-                return np.ascontiguousarray(image[:, :, ::-1])
-            if msg.encoding == "mono8":
-                return np.repeat(image[:, :, None], 3, axis=2)
-            if msg.encoding != "rgb8":
-                raise EpisodeError(f"{source}: camera {name} images are {msg.encoding}; expected rgb8, bgr8 or mono8")
-            return image
-
-        rgb_times, rgb = frames(entry["rgb"], rgb_image)
-        depth_times, depth = frames(entry["depth"], depth_image)
+        rgb_times, rgb = frames(entry["rgb"], _rgb_image)
+        depth_times, depth = frames(entry["depth"], _depth_image)
         frame_id = (entry["rgb"] or entry["depth"])[0].msg.header.frame_id if (entry["rgb"] or entry["depth"]) else ""
-        cameras[name] = CameraStream(name, calibration, frame_id, rgb_times, rgb, depth_times, depth)
+        sizes = {ms[0].topic: images[0].shape[:2] for ms, images in ((entry["rgb"], rgb), (entry["depth"], depth))
+                 if images}
+        calibration, problem = _calibration(entry["info"], name, sizes)
+        cameras[name] = CameraStream(name, calibration, frame_id, rgb_times, rgb, depth_times, depth, problem)
     return cameras
+
+
+def _rgb_image(msg) -> np.ndarray:
+    from r2s2r.contract.convert import image_array
+    if msg.encoding not in ("rgb8", "bgr8", "mono8"):
+        raise ValueError(f"encoding {msg.encoding!r}; expected rgb8, bgr8 or mono8")
+    image = image_array(msg)
+    if msg.encoding == "bgr8":
+        return np.ascontiguousarray(image[:, :, ::-1])
+    if msg.encoding == "mono8":
+        return np.repeat(image[:, :, None], 3, axis=2)
+    return image
+
+
+def _depth_image(msg) -> np.ndarray:
+    """Metres as float32, NaN where the sensor saw nothing."""
+    from r2s2r.contract.convert import image_array
+    if msg.encoding not in ("16UC1", "32FC1"):
+        raise ValueError(f"encoding {msg.encoding!r}; expected 16UC1 (millimetres) or 32FC1 (metres) depth")
+    image = image_array(msg)
+    if msg.encoding == "16UC1":  # millimetres, 0 = no return
+        out = image.astype(np.float32) / 1000.0
+        out[image == 0] = np.nan
+        return out
+    out = image.astype(np.float32)
+    out[~np.isfinite(out) | (out <= 0)] = np.nan
+    return out
+
+
+def _calibration(info, name: str, sizes: Mapping[str, tuple[int, int]]) -> tuple[CameraCalibration | None, str]:
+    """A camera's calibration from its first camera_info, and what makes it unusable ('' if nothing):
+    a size of 0, a K or D that is not a calibration, or a size other than the recorded images'."""
+    from r2s2r.contract.convert import camera_info_arrays
+    if info is None:
+        return None, "has no message on it"
+    width, height, k, d, r, p, model = camera_info_arrays(info)
+    if width < 1 or height < 1:
+        return None, (f"is for a {width}x{height} image; expected the calibrated image's width and height, at least "
+                      "1 pixel each")
+    calibration = CameraCalibration(width, height, k, d, r, p, model or "plumb_bob", name)
+    problem = calibration.intrinsics_problem()
+    if problem:
+        return calibration, f"has {problem}; expected {INTRINSICS_EXPECTED}"
+    for topic, (rows, cols) in sizes.items():
+        if (cols, rows) != (width, height):
+            return calibration, (f"is for {width}x{height} images, while {topic} carries {cols}x{rows} ones; "
+                                 "expected the calibration of the recorded images' size")
+    return calibration, ""
 
 
 def episode_topics(robot: RobotSpec, cameras: Iterable[str] = (), depth: bool = True) -> dict[str, str]:

@@ -34,8 +34,8 @@ DISCOVERY_SETTLE_S = 0.5
 
 
 class CameraNode(Node):
-    def __init__(self):
-        super().__init__("camera")
+    def __init__(self, **node_options):
+        super().__init__("camera", **node_options)  # options: a test's context and parameter_overrides
         self.declare_parameters("", [("config", ""), ("cameras", Parameter.Type.STRING_ARRAY)])
         path = self.get_parameter("config").value
         if not path:
@@ -48,7 +48,7 @@ class CameraNode(Node):
         if wanted:
             unknown = sorted(set(wanted) - {c.name for c in configs})
             if unknown:
-                raise ValueError(f"parameter 'cameras' names {unknown}; {path} has "
+                raise ValueError(f"parameter 'cameras' names {unknown}; expected cameras of {path}: "
                                  f"{', '.join(c.name for c in configs)}")
             configs = tuple(c for c in configs if c.name in wanted)
         self.streams = [CameraStream(c, make_source(c), on_event=self._on_event) for c in configs]

@@ -15,8 +15,9 @@ Set use_sim_time with the twin, so observation ages are measured on the twin's c
 
 Subscribes joint_states and cameras/<name>/image_raw (the policy's cameras); publishes
 <group>_position_controller/commands and <gripper>_controller/commands; serves ~/start,
-~/stop and ~/reset (std_srvs/Trigger); reports inference latency, deadline misses and
-staleness on diagnostics once a second.
+~/stop and ~/reset (std_srvs/Trigger), in any order, each answering what it did; reports
+inference latency, deadline misses and staleness on diagnostics once a second. Commands go out
+only while started and once joint states (and images) have formed an observation.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ from std_srvs.srv import Trigger
 
 from r2s2r.contract import Topics
 from r2s2r.contract import convert, qos
-from r2s2r.nodes.runtime import run
+from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.policy import (JointLayout, ObservationAssembler, PolicyError, PolicyMetadata, PolicyRuntime,
                           RuntimeConfig, load_policy, read_policy_config)
 from r2s2r.robots import get_robot
 
 CLOCK_MISMATCH_S = 60.0  # an observation this old is on another clock, not late
+RANGES = {
+    "command_rate_hz": (0.1, 10000.0, "a rate in Hz from 0.1 up to 10 kHz"),  # 1/rate is a timer's period
+    "sync_tolerance_s": (0.0, 60.0, "a time in seconds from 0 to 60 that joint states and images may lie apart"),
+}
 
 RUNTIME_PARAMETERS = {
     "max_observation_age_s": Parameter.Type.DOUBLE, "deadline_s": Parameter.Type.DOUBLE,
@@ -58,13 +63,15 @@ class PolicyNode(Node):
         if not robot_name or not source:
             raise ValueError("parameters 'robot' (a registered robot) and 'policy' (a policy URI or config file) "
                              "are required")
+        check_ranges(self, RANGES)  # NaN too; before the policy loads
+        overrides = {k: v for k in RUNTIME_PARAMETERS if (v := self._param(k, None)) is not None}
+        RuntimeConfig.from_dict(overrides, f"{self.get_name()} parameters")  # an error names the parameter
         self.robot = get_robot(robot_name)
         config = read_policy_config(source)
         params = self._policy_params()
         self.policy = load_policy(config, PolicyMetadata.for_robot(self.robot), params)
-        runtime = dict(config.runtime)
-        runtime.update({k: v for k in RUNTIME_PARAMETERS if (v := self._param(k, None)) is not None})
-        self.runtime = PolicyRuntime(self.policy, RuntimeConfig.from_dict(runtime, f"{config.source}: runtime"))
+        self.runtime = PolicyRuntime(self.policy, RuntimeConfig.from_dict({**config.runtime, **overrides},
+                                                                          f"{config.source}: runtime"))
         metadata = self.policy.metadata
         self.assembler = ObservationAssembler(metadata.observation, JointLayout.from_robot(self.robot),
                                               self._param("sync_tolerance_s", 0.05), self._param("task", "") or None)
@@ -86,13 +93,11 @@ class PolicyNode(Node):
         self.create_service(Trigger, "~/stop", self._on_stop)
         self.create_service(Trigger, "~/reset", self._on_reset)
         rate = self._param("command_rate_hz", 100.0)
-        if not 0 < rate <= 10000:  # NaN too
-            raise ValueError(f"parameter 'command_rate_hz' is {rate}; expected a rate in Hz greater than 0, "
-                             "up to 10 kHz")
         self.create_timer(1.0 / rate, self._tick)
         self.create_timer(1.0, self._publish_diagnostics)
         if self._param("autostart", False):
-            self._start()
+            started, message = self._start()
+            (self.get_logger().info if started else self.get_logger().error)(f"autostart: {message}")
         self.get_logger().info(
             f"policy {self.source} for {self.robot.name}: observes {metadata.observation.describe()}"
             f"{', cameras ' + ', '.join(metadata.observation.cameras) if metadata.observation.cameras else ''}; "
@@ -120,53 +125,86 @@ class PolicyNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     # -- inputs: bad data is reported, never raised into the executor ------------------------------
-    def _observation_failed(self, error: Exception) -> None:
+    def _observation_failed(self, error: Exception | str) -> None:
         if str(error) != self._observation_error:
             self._observation_error = str(error)
             self.get_logger().error(f"observation rejected: {error}")
 
     def _on_joints(self, msg: JointState) -> None:
         try:
-            self.assembler.add_joints(convert.joint_sample(msg))
+            if len(msg.position) != len(msg.name):
+                raise PolicyError(f"{Topics.JOINT_STATES} has {len(msg.name)} names and {len(msg.position)} "
+                                  "positions; expected one position per name")
+            self.assembler.add_joints(convert.joint_sample(msg))  # its errors name joint_states
         except PolicyError as error:
             self._observation_failed(error)
 
     def _on_image(self, camera: str, msg: Image) -> None:
         try:
+            if msg.encoding not in ("rgb8", "bgr8"):
+                raise PolicyError(f"encoding {msg.encoding!r}; expected rgb8 or bgr8")
             image = convert.image_array(msg)
-            if msg.encoding == "bgr8":
-                image = image[..., ::-1]
-            elif msg.encoding != "rgb8":
-                raise PolicyError(f"{Topics.camera_image(camera)} has encoding {msg.encoding}; expected rgb8 or bgr8")
-            self.assembler.add_image(camera, convert.from_time(msg.header.stamp), image)
-        except (PolicyError, ValueError) as error:
-            self._observation_failed(error)
+            self.assembler.add_image(camera, convert.from_time(msg.header.stamp),
+                                     image[..., ::-1] if msg.encoding == "bgr8" else image)
+        except (PolicyError, ValueError) as error:  # named by its topic: a policy may watch several cameras
+            self._observation_failed(f"{Topics.camera_image(camera)}: {error}")
 
-    # -- services -----------------------------------------------------------------------------------
-    def _start(self) -> None:
-        self.runtime.reset()
+    # -- services: any order, any number of times; each answers what it did -------------------------
+    def _reset(self) -> str:
+        """Clear chunks and the policy's episode state; '' or what failed (the node then stops)."""
+        try:
+            self.runtime.reset()
+        except Exception as exc:  # a policy's own reset (a remote server, say) failing must not end the node
+            self.running = False
+            return (f"resetting the policy failed ({type(exc).__name__}: {exc}); stopped: no commands are sent "
+                    "until ~/start succeeds, and the driver holds its last target")
+        return ""
+
+    def _waiting(self) -> str:
+        if self.assembler.latest() is not None:
+            return ""
+        cameras = self.policy.metadata.observation.cameras
+        return ("; no command until joint_states" + "".join(f" and {Topics.camera_image(c)}" for c in cameras)
+                + " form an observation")
+
+    def _start(self) -> tuple[bool, str]:
+        was = self.running
+        failed = self._reset()
+        if failed:
+            return False, f"not started: {failed}"
         self.running = True
+        return True, f"{'restarted' if was else 'started'} {self.source} from a fresh episode{self._waiting()}"
 
     def _on_start(self, request, response: Trigger.Response):
-        self._start()
-        response.success, response.message = True, f"started {self.source}"
+        response.success, response.message = self._start()
         return response
 
     def _on_stop(self, request, response: Trigger.Response):
-        self.running = False
-        response.success, response.message = True, "stopped: no commands are sent; the driver holds its last target"
+        was, self.running = self.running, False
+        response.success = True
+        response.message = (f"{'stopped' if was else 'already stopped'}: no commands are sent; the driver holds its "
+                            "last target")
         return response
 
     def _on_reset(self, request, response: Trigger.Response):
-        self.runtime.reset()
-        response.success, response.message = True, "policy reset: chunks and episode state cleared"
+        failed = self._reset()
+        response.success = not failed
+        response.message = f"reset failed: {failed}" if failed else (
+            "policy reset: chunks and episode state cleared; "
+            + (f"running{self._waiting()}" if self.running else "stopped (call ~/start to act)"))
         return response
 
     # -- the control tick ---------------------------------------------------------------------------
     def _tick(self) -> None:
         if not self.running:
             return
-        command = self.runtime.step(self._now(), self.assembler.latest())
+        try:
+            command = self.runtime.step(self._now(), self.assembler.latest())
+        except PolicyError as error:  # sends nothing (the driver holds its last target); never raised into the executor
+            if str(error) != self._reason:
+                self.get_logger().error(f"no command sent: {error}")
+            self._reason = str(error)
+            return
         if command is None:
             return
         for group, values in command.joints.items():

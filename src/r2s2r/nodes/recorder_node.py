@@ -10,24 +10,32 @@ Parameters:
   out         the bag to write (required)
   cameras     camera names to record (default none)
   depth       also record cameras/<name>/depth/image_raw (default true)
-  duration_s  stop after this long (0: until stopped)
+  duration_s  stop after this long (0: until stopped; at most 30 days)
   stack       the stack the robot runs in (recorded in the bag's /r2s2r/episode)
+
+Parameters are checked before the bag is created. A recording is raw: every message that
+arrives is written as it came (a bad image or camera_info is refused by whoever reads the
+bag, naming the topic); a message that cannot be written is counted and named, never raised.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from r2s2r.contract import qos
-from r2s2r.contract.names import Topics
+from r2s2r.contract.names import CAMERA_NAME, CAMERA_NAME_EXPECTED, Topics
 from r2s2r.data.episode import EpisodeWriter, episode_topics
 from r2s2r.data.mcap_io import message_class
-from r2s2r.nodes.runtime import run
+from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.robots import get_robot
+
+
+RANGES = {"duration_s": (0.0, 30 * 86400.0, "0 (until stopped) or a positive time in seconds, up to 30 days")}
 
 
 def _qos_for(topic: str):
@@ -51,27 +59,32 @@ class RecorderNode(Node):
             raise ValueError("parameter 'robot' is required: one of the registered robots")
         if not out:
             raise ValueError("parameter 'out' is required: the MCAP bag to write")
+        if Path(out).is_dir():
+            raise ValueError(f"parameter 'out' is {out!r}, a folder; expected the MCAP bag to write (a file path)")
+        check_ranges(self, RANGES)  # NaN too; before the bag is created
         duration = self.get_parameter("duration_s").value
-        if not 0 <= duration < float("inf"):  # NaN too; before the bag is created
-            raise ValueError(f"parameter 'duration_s' is {duration}; expected 0 (until stopped) or a positive time "
-                             "in seconds")
         self.robot = get_robot(robot)
         try:
             cameras = [c for c in self.get_parameter("cameras").value if c]
         except rclpy.exceptions.ParameterUninitializedException:
             cameras = []
+        bad = [c for c in cameras if not CAMERA_NAME.fullmatch(c)]
+        if bad:
+            raise ValueError(f"parameter 'cameras' holds {bad}; expected camera names of {CAMERA_NAME_EXPECTED}")
         topics = episode_topics(self.robot, cameras, depth=self.get_parameter("depth").value)
         namespace = self.get_namespace().strip("/")
         self._lock = threading.Lock()  # callbacks run on the executor's threads; the writer is not thread-safe
-        self.writer = EpisodeWriter(out, self.robot.name, namespace,
-                                    meta={"stack": self.get_parameter("stack").value, "cameras": cameras},
-                                    stamp=self._now())
+        self.writer = None  # created last: nothing that can fail comes after it
         self.counts = {t: 0 for t in topics}
+        self.failed: dict[str, int] = {}  # messages that could not be written, by topic
         for topic, kind in topics.items():
             self.create_subscription(message_class(kind), topic, lambda msg, t=topic: self._on_message(t, msg),
                                      _qos_for(topic))
         if duration > 0:
             self._stop_timer = self.create_timer(duration, self._stop)
+        self.writer = EpisodeWriter(out, self.robot.name, namespace,
+                                    meta={"stack": self.get_parameter("stack").value, "cameras": cameras},
+                                    stamp=self._now())
         self.get_logger().info(f"recording {self.robot.name} ({len(topics)} topics, cameras "
                                f"{', '.join(cameras) or 'none'}) into {out}")
 
@@ -79,12 +92,22 @@ class RecorderNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_message(self, topic: str, msg) -> None:
+        error = None
         with self._lock:
             if self.writer is None:
                 return
-            self.writer.write(topic, msg, self._now())
-            self.counts[topic] += 1
-            first = self.counts[topic] == 1
+            try:
+                self.writer.write(topic, msg, self._now())
+            except Exception as exc:  # a full disk, say: counted and named, the recording goes on
+                self.failed[topic] = self.failed.get(topic, 0) + 1
+                error = exc if self.failed[topic] == 1 else None
+                first = False
+            else:
+                self.counts[topic] += 1
+                first = self.counts[topic] == 1
+        if error is not None:
+            self.get_logger().error(f"cannot write a message on {topic} into the bag ({type(error).__name__}: "
+                                    f"{error}); recording the other messages, counting those lost")
         if first:  # which topics are live, as soon as they are (an operator's first question)
             self.get_logger().info(f"first message on {topic}")
 
@@ -99,7 +122,9 @@ class RecorderNode(Node):
                 self.writer.close()
                 self.writer = None
                 recorded = ", ".join(f"{t} {n}" for t, n in self.counts.items() if n)
-                print(f"[recorder] closed the bag: {recorded or 'no messages'}", flush=True)
+                lost = ", ".join(f"{t} {n}" for t, n in self.failed.items())
+                print(f"[recorder] closed the bag: {recorded or 'no messages'}"
+                      f"{'; not written: ' + lost if lost else ''}", flush=True)
 
 
 def main(args=None) -> int:

@@ -61,6 +61,20 @@ def read_only_parameters(node: Node, live: tuple[str, ...] = ("use_sim_time",)) 
     node.add_on_set_parameters_callback(check)
 
 
+def check_ranges(node: Node, ranges: dict[str, tuple[float, float, str]], positive: tuple[str, ...] = (),
+                 or_zero: tuple[str, ...] = ()) -> None:
+    """Each parameter of `ranges` (name: (low, high, what is expected)) a number within [low, high],
+    above 0 where it is `positive`, or exactly 0 where it is `or_zero` (a rate's "the default");
+    otherwise a ValueError that names the parameter, its value and what was expected, so the node
+    does not start."""
+    for name, (low, high, meaning) in ranges.items():
+        value = node.get_parameter(name).value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"parameter {name!r} is {value!r}; expected {meaning}")
+        if not (low <= value <= high or (name in or_zero and value == 0)) or (name in positive and value == 0):
+            raise ValueError(f"parameter {name!r} is {value!r}; expected {meaning}")
+
+
 def hold_stop_signals() -> None:
     """Ignore SIGINT and SIGTERM in this process from now on (it is stopping already)."""
     for sig in (signal.SIGINT, signal.SIGTERM):

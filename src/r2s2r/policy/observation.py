@@ -53,6 +53,11 @@ class JointLayout:
         missing = [j for names in (*self.groups.values(), *self.grippers.values()) for j in names if j not in index]
         if missing:
             raise PolicyError(f"joint_states lacks joints {missing}; expected every joint of the robot")
+        bad = [f"{j}={sample.position[index[j]]}" for names in (*self.groups.values(), *self.grippers.values())
+               for j in names if not np.isfinite(sample.position[index[j]])]
+        if bad:  # a NaN state would become a NaN observation, and the held command a NaN target
+            raise PolicyError(f"joint_states has positions {', '.join(bad[:4])}{' ...' if len(bad) > 4 else ''}; "
+                              "expected finite positions of every joint of the robot")
         joints = {g: sample.position[[index[j] for j in names]].copy() for g, names in self.groups.items()}
         grippers = {g: float(sum(sample.position[index[j]] for j in names)) for g, names in self.grippers.items()}
         return joints, grippers

@@ -59,7 +59,8 @@ class RuntimeConfig:
         sec.reject_unknown(cls.KEYS)
         optional = {}
         if sec.raw("ensemble_coefficient", None) is not None:
-            optional["ensemble_coefficient"] = sec.number("ensemble_coefficient")
+            # exp(-m i) weighs the oldest chunk most; a negative m overflows to NaN targets
+            optional["ensemble_coefficient"] = sec.number("ensemble_coefficient", minimum=0.0)
         if sec.raw("replan_steps", None) is not None:
             optional["replan_steps"] = sec.integer("replan_steps", minimum=1)
         if sec.raw("max_action_age_s", None) is not None:
