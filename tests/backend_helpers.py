@@ -31,8 +31,8 @@ def active_loop(hw: Hardware, control_rate_hz: float | None = None) -> ControlLo
     """`hw` connected and active, in a ControlLoop at `control_rate_hz` (default: the robot's)."""
     from r2s2r.hardware.loop import ControlLoop
 
-    hw.connect()
-    hw.activate()
+    hw.on_configure()
+    hw.on_activate()
     return ControlLoop(hw, control_rate_hz)
 
 
@@ -96,7 +96,7 @@ def run_on_the_shim(backend: str, sdk: str, robot: str, settings: dict) -> list[
         *_import_without(module, (sdk,)),
         "from r2s2r.robots import get_robot",
         f"hw = backend.{backend_class}(get_robot({robot!r}), {settings!r})",
-        f"hw.connect(); hw.activate(); print(sys.modules[{sdk!r}].__name__, hw.read().names[0]); hw.disconnect()"])
+        f"hw.on_configure(); hw.on_activate(); print(sys.modules[{sdk!r}].__name__, hw.read().names[0]); hw.on_cleanup()"])
     path = [REPO / "tests" / "standins" / "shim", REPO, REPO / "src"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -4,14 +4,15 @@
 - overshoot: holds, but asks its first joint for 10 rad beyond where it stands (outside the limits);
 - raises: raises on every call (the runtime holds the arm);
 - not_a_number: holds, but its first joint's target is NaN;
-- short: holds, but its chunk gives the first group one joint too few.
+- short: holds, but its chunk gives the first group one joint too few;
+- reset_raises: holds, but its reset (a new episode: ~/start, ~/reset) raises.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from r2s2r.policy.scripted import HoldPolicy, make_hold, scripted_policy
+from r2s2r.policy.scripted import HoldPolicy, make_hold
 
 
 class _ChangesFirstGroup(HoldPolicy):
@@ -43,5 +44,15 @@ class _Raises(HoldPolicy):
         raise RuntimeError("the test policy's network failed")
 
 
-for _name, _cls in {"overshoot": _Overshoot, "raises": _Raises, "not_a_number": _NotANumber, "short": _Short}.items():
-    scripted_policy(_name)(lambda params, defaults, cls=_cls: cls(make_hold(params, defaults).metadata))
+class _ResetRaises(HoldPolicy):
+    def reset(self):
+        raise RuntimeError("the test policy's server refused the new episode")
+
+
+def _factory(cls):
+    return lambda params, defaults: cls(make_hold(params, defaults).metadata)
+
+
+# scripted:failing_policies:<name>
+overshoot, raises, not_a_number, short, reset_raises = map(_factory, (_Overshoot, _Raises, _NotANumber, _Short,
+                                                                      _ResetRaises))

@@ -1,4 +1,4 @@
-"""A minimal in-process trial loop for tests of tasks and experts: SimHardware + ControlLoop +
+"""A minimal in-process trial loop for tests of tasks and experts: SimHardware + Driver +
 PolicyRuntime (synchronous) + Task, the task's command latency on the twin. What the
 evaluation engine's trial runner does, without its store, pool or reports."""
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from r2s2r.eval.runner import send_command
 from r2s2r.eval.tasks import Outcome, Task
+from r2s2r.hardware.driver import Driver
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.policy import Observation, PolicyRuntime, RuntimeConfig, load_policy
@@ -35,11 +36,11 @@ def run_trial(task: Task, perturbation: dict | None = None, seed: int = 0, polic
     robot's rate, at most `control_rate_hz` (the FR3's is 1 kHz; half of it keeps tests quick)."""
     task.new_episode(perturbation)
     hardware = SimHardware(task.scene(perturbation), seed=seed)
-    hardware.connect()
-    loop = ControlLoop(hardware, min(control_rate_hz, hardware.robot.control_rate_hz))
-    twin = hardware.twin
+    driver = Driver(hardware, control_rate_hz=min(control_rate_hz, hardware.robot.control_rate_hz))
+    driver.start()
+    loop, twin = driver.loop, hardware.twin
     task.start(twin)
-    loop.hold_here()
+    driver.hold_here()
     policy = policy or load_policy(task.expert)
     runtime = PolicyRuntime(policy, RuntimeConfig(asynchronous=False, replan_steps=1))
     runtime.reset()
@@ -52,7 +53,7 @@ def run_trial(task: Task, perturbation: dict | None = None, seed: int = 0, polic
         now = twin.time
         command = runtime.step(now, observe(task, loop, layout))
         if command is not None:  # the perturbation's latency is the twin's (task.start)
-            send_command(loop.controller, command, now)
+            send_command(driver, command)
         tick += 1
         while twin.time < tick * period - 1e-9:
             loop.cycle()

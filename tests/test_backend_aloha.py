@@ -85,7 +85,7 @@ def backend():
         return hw
     yield make
     for hw in made:
-        hw.disconnect()
+        hw.on_cleanup()
 
 
 def arms_of(sample):
@@ -143,8 +143,8 @@ def test_settings_defaults_ros_arrays_and_the_registry():
     assert ids == tuple(range(11, 20))
     with pytest.raises(HardwareError, match="connect"):
         hw.read()
-    hw.disconnect()  # safe before connect, and twice
-    hw.disconnect()
+    hw.on_cleanup()  # safe before connect, and twice
+    hw.on_cleanup()
     assert hw.state is Lifecycle.FINALIZED
 
 
@@ -157,7 +157,7 @@ def test_missing_sdk_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "dynamixel_sdk", None)  # import fails as if not installed
     hw = AlohaHardware(ROBOT, {})
     with pytest.raises(HardwareError) as caught:
-        hw.connect()
+        hw.on_configure()
     assert "pip install dynamixel-sdk" in str(caught.value) and "pip install .[drivers]" in str(caught.value)
     assert hw.state is Lifecycle.UNCONFIGURED
 
@@ -172,7 +172,7 @@ def test_connect_checks_sets_up_and_reads_both_arms(buses, backend):
     left, right = buses
     left.servo(1).write_item("drive_mode", 0x04)  # a time-based profile left over from before
     hw = backend(left, right, profile_velocity=120, profile_acceleration=40)
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     for bus in buses:
         servos = [bus.servo(i) for i in range(1, 10)]
@@ -200,7 +200,7 @@ def test_connect_checks_sets_up_and_reads_both_arms(buses, backend):
     assert facts["right_shadows"] == "follow their primaries (Secondary ID)"
     assert "hardware_errors_cleared" not in facts and "fault" not in facts
 
-    hw.activate()
+    hw.on_activate()
     for bus in buses:
         assert all(bus.servo(i).torque_enabled for i in range(1, 10))
     assert emulated_arm(left) == pytest.approx(HOME[LEFT], abs=RAD_PER_TICK)  # holding where it was
@@ -237,7 +237,7 @@ def test_streamed_setpoints_reach_the_target_at_bounded_speed(buses, backend):
         assert sample.velocity[9] == pytest.approx(profile_speed, abs=VELOCITY_UNIT)
         assert sample.effort[9] > 0  # current spent against friction, along the motion
 
-    hw.deactivate()
+    hw.on_deactivate()
     assert all(left.servo(i).torque_enabled for i in range(1, 10))  # still holding
     with pytest.raises(HardwareError, match="activate"):
         loop.cycle()
@@ -290,13 +290,13 @@ def test_link_loss_on_stop_is_reported_within_100ms_and_restart_reconnects(buses
     with pytest.raises(LinkLost, match="connect"):  # stays lost until connect()
         hw.read()
     with pytest.raises(LinkLost, match="cannot open"):
-        hw.connect()
+        hw.on_configure()
 
     left.restart()  # a new pty behind the same link; the servos kept their state (and torque)
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     assert arms_of(hw.read())[LEFT] == pytest.approx(emulated_arm(left), abs=RAD_PER_TICK)
-    hw.activate()
+    hw.on_activate()
     loop.hold_here()  # as the driver does after a reconnect
     assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1]), loop.controller.stats
 
@@ -314,12 +314,12 @@ def test_link_loss_on_unplug_is_reported_within_100ms_and_replug_reconnects(buse
     elapsed = time.monotonic() - lost_at
     assert elapsed < 1.0, f"LinkLost after {elapsed * 1000:.0f} ms"  # detected promptly; the time is a figure
     with pytest.raises(LinkLost, match="no servo answers on .*ttyDXL_follower_right"):
-        hw.connect()
+        hw.on_configure()
 
     right.replug()
-    hw.connect()
+    hw.on_configure()
     assert arms_of(hw.read())[RIGHT] == pytest.approx(emulated_arm(right), abs=RAD_PER_TICK)
-    hw.activate()
+    hw.on_activate()
     loop.hold_here()
     assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1]), loop.controller.stats
 
@@ -345,7 +345,7 @@ def test_connect_refuses_an_arm_that_is_not_set_up_as_expected(make_bus, backend
     right = make_bus("ttyDXL_follower_right")
     hw = backend(left, right)
     with pytest.raises(HardwareError, match=expected) as caught:
-        hw.connect()
+        hw.on_configure()
     assert not isinstance(caught.value, LinkLost)
     assert hw.state is Lifecycle.UNCONFIGURED
     with pytest.raises(HardwareError, match="connect"):
@@ -365,7 +365,7 @@ def test_hardware_error_stops_writes_and_reset_reboots_the_servo(buses, backend)
     assert hw.state is Lifecycle.ERROR and "overload" in hw.describe()["fault"]
     assert fingers_of(hw.read()).shape == (4,)  # the link is fine: the state still reads
     with pytest.raises(HardwareError, match="reset"):
-        hw.activate()
+        hw.on_activate()
 
     hw.reset()
     gripper = left.servo(9)
@@ -382,11 +382,11 @@ def test_a_latched_hardware_error_is_cleared_at_connect(buses, backend):
     left, right = buses
     right.servo(4).inject_hardware_error(0x04)  # the right elbow overheated before we came
     hw = backend(left, right)
-    hw.connect()
+    hw.on_configure()
     assert right.servo(4).hardware_error_status == 0
     assert "right arm" in hw.describe()["hardware_errors_cleared"]
     assert "id 4 (elbow): overheating" in hw.describe()["hardware_errors_cleared"]
-    hw.activate()
+    hw.on_activate()
     assert right.servo(4).torque_enabled
 
 

@@ -43,12 +43,12 @@ def hardware(**settings):
 def active(rdk):
     hw = hardware()
     yield hw, active_loop(hw, control_rate_hz=200.0)
-    hw.disconnect()
+    hw.on_cleanup()
 
 
 def test_connect_reads_the_arm_once_and_goes_inactive(rdk):
     hw = hardware()
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     sample = hw.read()
     assert sample.names == RIZON.joint_names + ("gripper_finger_joint1", "gripper_finger_joint2")
@@ -59,8 +59,8 @@ def test_connect_reads_the_arm_once_and_goes_inactive(rdk):
     facts = hw.describe()
     assert facts["serial_number"] == SERIAL and facts["model"] == "Rizon4" and facts["rdk_version"] == "1.9.4.1"
     assert facts["operational_status"] == "NOT_ENABLED" and facts["fault"] is False
-    hw.disconnect()
-    hw.disconnect()  # idempotent
+    hw.on_cleanup()
+    hw.on_cleanup()  # idempotent
     assert hw.state is Lifecycle.FINALIZED
 
 
@@ -115,7 +115,7 @@ def test_a_hostile_stream_leaves_the_arm_at_rest_and_an_estop_stops_it(active, r
 def test_deactivate_stops_the_arm_and_holds(active, rdk):
     hw, loop = active
     stream(loop, 0.3, RIZON.home_positions + 0.3)
-    hw.deactivate()
+    hw.on_deactivate()
     assert hw.state is Lifecycle.INACTIVE
     assert rdk.arm(SERIAL).mode is flexivrdk_standin.Mode.IDLE
     sent = len(rdk.calls_of("SendJointPosition"))
@@ -137,12 +137,12 @@ def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, rdk):
     with pytest.raises(LinkLost):  # stays lost until connect()
         hw.read()
     with pytest.raises(LinkLost, match="cannot connect"):
-        hw.connect()  # the robot is still unreachable
+        hw.on_configure()  # the robot is still unreachable
     rdk.restore_link(SERIAL)
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     np.testing.assert_allclose(hw.read().position[:7], rdk.arm(SERIAL).q)
-    hw.activate()
+    hw.on_activate()
     loop.hold_here()
     stream(loop, 0.1)
     assert hw.state is Lifecycle.ACTIVE
@@ -177,19 +177,19 @@ def test_a_fault_that_does_not_clear_is_an_error(active, rdk):
     with pytest.raises(HardwareError, match="did not clear"):
         hw.reset()
     with pytest.raises(HardwareError, match="in fault"):
-        hw.activate()
+        hw.on_activate()
 
 
 def test_activate_says_what_keeps_the_arm_from_operating(rdk):
     hw = hardware(operational_timeout_s=0.2)
-    hw.connect()
+    hw.on_configure()
     rdk.arm(SERIAL).estop_released = False
     with pytest.raises(HardwareError, match="E-stop .* is pressed"):
-        hw.activate()
+        hw.on_activate()
     rdk.arm(SERIAL).estop_released = True
     rdk.arm(SERIAL).auto_mode = False
     with pytest.raises(HardwareError, match="IN_MANUAL_MODE: switch the robot to Auto \\(Remote\\) mode"):
-        hw.activate()
+        hw.on_activate()
     assert hw.state is Lifecycle.INACTIVE
 
 
@@ -227,7 +227,7 @@ def test_the_shipped_config_and_stack_hold_the_documented_defaults():
 def test_a_missing_sdk_names_the_package_and_the_python_versions(monkeypatch):
     monkeypatch.setitem(sys.modules, "flexivrdk", None)  # import flexivrdk raises ImportError
     with pytest.raises(HardwareError) as error:
-        hardware().connect()
+        hardware().on_configure()
     message = str(error.value)
     assert "flexivrdk 1.9.4.1" in message and "pip install .[drivers]" in message
     assert "CPython 3.10, 3.12, 3.14 only, none for 3.11 or 3.13" in message
@@ -235,14 +235,14 @@ def test_a_missing_sdk_names_the_package_and_the_python_versions(monkeypatch):
 
 def test_connect_failures_say_why(rdk):
     with pytest.raises(LinkLost, match="cannot connect to Rizon4-999999.*RDK server is activated"):
-        FlexivHardware(RIZON, {"serial_number": "Rizon4-999999"}).connect()
+        FlexivHardware(RIZON, {"serial_number": "Rizon4-999999"}).on_configure()
     rdk.add_arm("Rizon10-000001", np.zeros(7), model_name="Rizon10")
     with pytest.raises(HardwareError, match="is a Rizon10 with 7 joints; robot flexiv_rizon4 expects a Rizon 4"):
-        FlexivHardware(RIZON, {"serial_number": "Rizon10-000001"}).connect()
+        FlexivHardware(RIZON, {"serial_number": "Rizon10-000001"}).on_configure()
     with pytest.raises(HardwareError, match="no gripper 'Flexiv-GN01'.*configured in Flexiv Elements"):
-        hardware(gripper_name="Flexiv-GN01").connect()
+        hardware(gripper_name="Flexiv-GN01").on_configure()
     no_gripper = hardware(gripper_name="")
-    no_gripper.connect()
+    no_gripper.on_configure()
     assert np.isnan(no_gripper.read().position[7:]).all()
 
 

@@ -78,16 +78,16 @@ def backend():
         return hardware
     yield make
     for hardware in created:
-        hardware.disconnect()
+        hardware.on_cleanup()
 
 
 # -- against franky-sim ------------------------------------------------------------------------------
 def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
     hardware = load_backend("franka")(FR3, SETTINGS)
     assert isinstance(hardware, FrankaHardware)
-    hardware.disconnect()  # never connected: safe
+    hardware.on_cleanup()  # never connected: safe
     hardware = backend()
-    hardware.connect()
+    hardware.on_configure()
     assert hardware.state is Lifecycle.INACTIVE
     before = hardware.now
     sample = hardware.read()
@@ -97,8 +97,8 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
     np.testing.assert_allclose(sample.positions_of(FR3.gripper_joint_names), [DEFAULT_HAND_INITIAL_WIDTH / 2] * 2,
                                atol=1e-3)
 
-    hardware.activate()
-    hardware.activate()  # the driver's ~/enable may ask again
+    hardware.on_activate()
+    hardware.on_activate()  # the driver's ~/enable may ask again
     assert hardware.state is Lifecycle.ACTIVE
     loop = ControlLoop(hardware)
     start = loop.positions()
@@ -129,14 +129,14 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
         assert abs(width() - opening) < 1e-3, f"the Hand is at {width():.4f} m, not {opening} m"
     assert hardware.describe()["gripper_commands"] == 2
 
-    hardware.deactivate()
+    hardware.on_deactivate()
     assert hardware.state is Lifecycle.INACTIVE
     assert hardware.describe()["robot_mode"] == "idle"
     held = hardware.read().positions_of(FR3.joint_names)
     np.testing.assert_allclose(held, target, atol=3e-3)
     hardware.reset()  # nothing to recover: a no-op that must not fail
-    hardware.disconnect()
-    hardware.disconnect()
+    hardware.on_cleanup()
+    hardware.on_cleanup()
     assert hardware.state is Lifecycle.FINALIZED
 
 
@@ -157,17 +157,17 @@ def test_link_loss_mid_motion_is_reported_fast_and_reconnect_works(franky_sim, b
     detected_after = time.monotonic() - lost_at
     assert detected_after < 1.0, f"link loss took {detected_after * 1000:.0f} ms"  # detected promptly; a figure
     assert LOSS_HOST in str(lost.value)
-    hardware.disconnect()  # the arm process is stuck in libfranka's 1 s UDP timeout: terminated
+    hardware.on_cleanup()  # the arm process is stuck in libfranka's 1 s UDP timeout: terminated
     assert hardware.state is Lifecycle.FINALIZED
     with pytest.raises(LinkLost):
         hardware.read()
     sim.stop()
 
     franky_sim()
-    hardware.connect()  # a fresh simulator: the backend reads its state again
+    hardware.on_configure()  # a fresh simulator: the backend reads its state again
     assert hardware.state is Lifecycle.INACTIVE
     np.testing.assert_allclose(hardware.read().positions_of(FR3.joint_names), DEFAULT_INITIAL_JOINT_POS, atol=1e-3)
-    hardware.activate()
+    hardware.on_activate()
     loop.hold_here()
     stream(loop, 0.05)
     np.testing.assert_allclose(loop.positions(), DEFAULT_INITIAL_JOINT_POS, atol=1e-3)
@@ -196,7 +196,7 @@ def test_a_hostile_stream_leaves_the_arm_at_rest_and_an_estop_stops_it(shared_si
 def test_connect_without_a_robot_is_a_lost_link_naming_the_address(backend):
     hardware = backend(ip="127.0.0.39", gripper=False)  # nothing listens there
     with pytest.raises(LinkLost, match="127.0.0.39"):
-        hardware.connect()
+        hardware.on_configure()
     assert hardware.state is not Lifecycle.INACTIVE
     with pytest.raises(LinkLost):
         hardware.read()
@@ -210,11 +210,11 @@ def test_realtime_enforce_needs_a_realtime_kernel(shared_sim, backend):
         realtime_kernel = False
     hardware = backend(realtime="enforce", gripper=False)
     if realtime_kernel:  # libfranka accepts the kernel: connecting works as with `ignore`
-        hardware.connect()
+        hardware.on_configure()
         assert hardware.state is Lifecycle.INACTIVE
     else:
         with pytest.raises(HardwareError, match="realtime: ignore") as refused:
-            hardware.connect()
+            hardware.on_configure()
         assert "PREEMPT_RT" in str(refused.value)
 
 
@@ -247,7 +247,7 @@ def test_missing_pylibfranka_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pylibfranka", None)  # `import pylibfranka` now fails
     hardware = FrankaHardware(FR3, SETTINGS)  # constructing needs no SDK
     with pytest.raises(HardwareError) as missing:
-        hardware.connect()
+        hardware.on_configure()
     message = str(missing.value)
     assert "pip install pylibfranka" in message and "pip install .[drivers]" in message
     assert hardware.state is Lifecycle.UNCONFIGURED

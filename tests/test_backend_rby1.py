@@ -70,12 +70,12 @@ def group_targets(offset: float = 0.15) -> dict:
 def active(sdk):
     hw = hardware(sdk)
     yield hw, active_loop(hw, control_rate_hz=200.0)
-    hw.disconnect()
+    hw.on_cleanup()
 
 
 def test_connect_reads_the_robot_once_and_goes_inactive(sdk):
     hw = hardware(sdk)
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     sample = hw.read()
     assert sample.names == RBY1.joint_names + RBY1.gripper_joint_names
@@ -86,8 +86,8 @@ def test_connect_reads_the_robot_once_and_goes_inactive(sdk):
     assert facts["control_manager"] == "Idle" and facts["fault"] is False and facts["gripper_homed"] is False
     assert facts["sdk_version"] == "0.10.0" and facts["model"] == "A"
     assert sdk.calls_of("start_state_update")[0].args == (100.0,)
-    hw.disconnect()
-    hw.disconnect()  # idempotent
+    hw.on_cleanup()
+    hw.on_cleanup()  # idempotent
     assert hw.state is Lifecycle.FINALIZED
 
 
@@ -159,7 +159,7 @@ def test_a_hostile_stream_leaves_every_component_at_rest_and_an_estop_stops_it(a
 def test_deactivate_parks_on_the_last_setpoint(active, sdk):
     hw, loop = active
     stream(loop, 0.3, group_targets())
-    hw.deactivate()
+    hw.on_deactivate()
     assert hw.state is Lifecycle.INACTIVE
     sends = sdk.calls_of("stream.send_command")
     assert sends[-1].args[1]["torso"][1] == PARKED_HOLD_TIME_S
@@ -176,14 +176,14 @@ def test_link_loss_raises_within_100_ms_and_reconnect_reads_again(active, sdk):
         stream(loop, 1.0)
     assert time.monotonic() - cut < 0.1
     assert hw.state is Lifecycle.ERROR
-    hw.disconnect()  # what the driver does, then it retries connect()
+    hw.on_cleanup()  # what the driver does, then it retries connect()
     with pytest.raises(LinkLost, match="no answer from 127.0.0.1:50051"):
-        hw.connect()
+        hw.on_configure()
     sdk.restore_link(ADDRESS)
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     np.testing.assert_allclose(hw.read().position[:22], sdk.robots[ADDRESS].q[2:])
-    hw.activate()
+    hw.on_activate()
     loop.hold_here()
     stream(loop, 0.2)
     assert hw.state is Lifecycle.ACTIVE and hw.describe()["gripper_homed"] is True
@@ -220,7 +220,7 @@ def test_a_fault_that_does_not_clear_is_an_error(active, sdk):
     with pytest.raises(HardwareError, match="reset_fault_control_manager\\(\\) failed"):
         hw.reset()
     with pytest.raises(HardwareError, match="control manager is in MajorFault"):
-        hw.activate()
+        hw.on_activate()
 
 
 def test_a_preempted_stream_is_reported(active, sdk):
@@ -233,9 +233,9 @@ def test_a_preempted_stream_is_reported(active, sdk):
 
 def test_servo_needs_power_and_says_so(sdk):
     hw = hardware(sdk, power="5v")  # the actuators' 48 V stays off
-    hw.connect()
+    hw.on_configure()
     with pytest.raises(HardwareError, match=re.escape("servo_on('torso_.*|right_arm_.*|left_arm_.*|head_.*') failed")):
-        hw.activate()
+        hw.on_activate()
 
 
 def test_without_a_gripper_bus_the_fingers_read_nan_and_are_not_commanded(sdk):
@@ -245,14 +245,14 @@ def test_without_a_gripper_bus_the_fingers_read_nan_and_are_not_commanded(sdk):
     stream(loop, 0.1)
     assert np.isnan(hw.read().position[22:]).all()
     assert not sdk.calls_of("bus.open_port") and sdk.robots[ADDRESS].flange_voltage == {"right": 0, "left": 0}
-    hw.disconnect()
+    hw.on_cleanup()
 
 
 def test_connect_failures_say_why(sdk):
     with pytest.raises(LinkLost, match="no answer from 127.0.0.9:50051 within 0.1 s"):
-        Rby1Hardware(RBY1, {"address": "127.0.0.9:50051", "gripper_device": "", "connect_timeout_s": 0.1}).connect()
+        Rby1Hardware(RBY1, {"address": "127.0.0.9:50051", "gripper_device": "", "connect_timeout_s": 0.1}).on_configure()
     with pytest.raises(HardwareError, match="no gripper bus at /nonexistent/rby1_gripper.*run the driver on the UPC"):
-        Rby1Hardware(RBY1, {"address": ADDRESS, "gripper_device": "/nonexistent/rby1_gripper"}).connect()
+        Rby1Hardware(RBY1, {"address": ADDRESS, "gripper_device": "/nonexistent/rby1_gripper"}).on_configure()
 
 
 @pytest.mark.parametrize("settings, problem", [
@@ -290,7 +290,7 @@ def test_a_missing_sdk_names_the_package_and_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "rby1_sdk", None)
     with pytest.raises(HardwareError, match=re.escape("needs rby1-sdk 0.10.0") + ".*" +
                        re.escape("pip install .[drivers]")):
-        Rby1Hardware(RBY1, {"gripper_device": ""}).connect()
+        Rby1Hardware(RBY1, {"gripper_device": ""}).on_configure()
 
 
 # -- the stand-in against the real rby1_sdk ----------------------------------------------------------

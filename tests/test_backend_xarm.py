@@ -66,7 +66,7 @@ def backend():
         return hw
     yield make
     for hw in made:
-        hw.disconnect()
+        hw.on_cleanup()
 
 
 def arm_of(sample):
@@ -110,8 +110,8 @@ def test_settings_defaults_and_the_registry():
     assert hw.link_timeout_s == 0.05 and hw.state is Lifecycle.UNCONFIGURED
     with pytest.raises(HardwareError, match="connect"):
         hw.read()
-    hw.disconnect()  # safe before connect, and twice
-    hw.disconnect()
+    hw.on_cleanup()  # safe before connect, and twice
+    hw.on_cleanup()
     assert hw.state is Lifecycle.FINALIZED
 
 
@@ -137,7 +137,7 @@ def test_missing_sdk_names_the_package(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
     hw = XArmHardware(ROBOT, {"ip": HOST})
     with pytest.raises(HardwareError) as caught:
-        hw.connect()
+        hw.on_configure()
     assert "pip install xarm-python-sdk" in str(caught.value)
     assert "pip install .[drivers]" in str(caught.value)
     assert hw.state is Lifecycle.UNCONFIGURED
@@ -153,7 +153,7 @@ def test_connect_clears_a_pending_error_and_reads_the_state(emulator, backend):
     emulator.model.gripper.position, emulator.model.gripper.target = 425.0, 425  # half open, at rest
     emulator.inject_error(31, disable_motors=True)  # a collision stop left from before
     hw = backend()
-    hw.connect()
+    hw.on_configure()
     assert hw.state is Lifecycle.INACTIVE
     truth = emulator.snapshot()
     assert truth.error_code == 0 and truth.motors_enabled and truth.gripper_enabled
@@ -201,15 +201,15 @@ def test_streamed_setpoints_reach_the_target_at_bounded_speed(emulator, backend)
     sent, cycles = emulator.register_count(Reg.MOVE_SERVOJ) - sent_before, loop.cycles - cycles_before
     assert 0.5 * cycles <= sent <= cycles
 
-    hw.deactivate()
+    hw.on_deactivate()
     truth = emulator.snapshot()
     assert (truth.mode, truth.state) == (0, State.SLEEPING)
     assert truth.joints == pytest.approx(target, abs=1e-4)
     with pytest.raises(HardwareError, match="activate"):
         loop.cycle()
-    hw.activate()  # and back to streaming
+    hw.on_activate()  # and back to streaming
     assert emulator.snapshot().mode == 1
-    hw.disconnect()  # not moving: back to position mode, no stop
+    hw.on_cleanup()  # not moving: back to position mode, no stop
     truth = emulator.snapshot()
     assert (truth.mode, truth.state) == (0, State.SLEEPING)
 
@@ -250,15 +250,15 @@ def test_link_loss_on_stop_is_detected_within_100ms_and_connect_recovers(emulato
     with pytest.raises(LinkLost):  # stays lost until connect()
         hw.read()
     with pytest.raises(LinkLost, match="cannot connect"):  # nobody listening
-        hw.connect()
+        hw.on_configure()
     emulator.start()
-    hw.connect()  # a fresh XArmAPI; the old one is closed
+    hw.on_configure()  # a fresh XArmAPI; the old one is closed
     assert hw.state is Lifecycle.INACTIVE
     halted = emulator.snapshot().joints  # connect() stopped the servo target the controller kept
     assert HOME[0] + 0.1 < halted[0] < target[0] - 0.1
     assert arm_of(hw.read()) == pytest.approx(halted, abs=1e-6)
     assert emulator.client_counts() == {"command": 1, "command_aux": 1, "real": 1}
-    hw.activate()
+    hw.on_activate()
     loop.hold_here()  # as the driver does after a reconnect
     assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
@@ -273,15 +273,15 @@ def test_link_loss_on_a_hung_controller_is_detected_within_100ms(emulator, backe
     with pytest.raises(LinkLost):
         stream(loop, 1.0, target)
     assert time.monotonic() - hung_at < 0.1
-    hw.disconnect()  # what the driver does on a lost link
+    hw.on_cleanup()  # what the driver does on a lost link
     assert hw.state is Lifecycle.FINALIZED
     with pytest.raises(LinkLost, match="did not finish the SDK handshake"):
-        hw.connect()  # TCP is accepted, nothing answers: bounded by connect_timeout_s
+        hw.on_configure()  # TCP is accepted, nothing answers: bounded by connect_timeout_s
 
     emulator.resume()
     for _ in range(4):  # retried as the driver does; the same handshake carries on
         try:
-            hw.connect()
+            hw.on_configure()
             break
         except LinkLost:
             continue
@@ -289,7 +289,7 @@ def test_link_loss_on_a_hung_controller_is_detected_within_100ms(emulator, backe
     halted = emulator.snapshot().joints
     assert HOME[3] + 0.05 < halted[3] < target[3] - 0.05
     assert arm_of(hw.read()) == pytest.approx(halted, abs=1e-6)
-    hw.activate()
+    hw.on_activate()
     loop.hold_here()
     assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
@@ -306,7 +306,7 @@ def test_controller_error_stops_writes_and_reset_recovers(emulator, backend):
     assert hw.state is Lifecycle.ERROR and "C31" in hw.describe()["fault"]
     assert hw.read().position.shape == (ARM + 2,)  # the link is fine: the state still reads
     with pytest.raises(HardwareError, match="reset"):
-        hw.activate()
+        hw.on_activate()
 
     hw.reset()
     assert hw.state is Lifecycle.ACTIVE
@@ -319,21 +319,21 @@ def test_controller_error_stops_writes_and_reset_recovers(emulator, backend):
 
 def test_disconnect_while_moving_stops_the_arm(emulator, backend):
     hw = backend()
-    hw.connect()
-    hw.activate()
+    hw.on_configure()
+    hw.on_activate()
     # Streamed setpoints stay within a cycle of the arm, which stops as soon as they do; one far
     # setpoint (past the safety layer) keeps the controller moving the arm for 0.6 s instead.
     target = HOME + np.array([2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     hw.write(JointCommand(ROBOT.joint_names, target), np.array([0.085]))
     time.sleep(0.15)
-    hw.disconnect()
+    hw.on_cleanup()
     stopped = emulator.snapshot()
     assert stopped.state == State.STOPPED  # emergency_stop: halted, motors still on
     assert stopped.motors_enabled and HOME[0] + 0.1 < stopped.joints[0] < target[0] - 0.5
     time.sleep(0.2)
     assert emulator.snapshot().joints == stopped.joints
     assert emulator.client_counts() == {}
-    hw.disconnect()
+    hw.on_cleanup()
     assert hw.state is Lifecycle.FINALIZED
 
 
@@ -346,7 +346,7 @@ def arm_without_gripper():
 
 def test_arm_without_the_gripper(arm_without_gripper, backend):
     with pytest.raises(HardwareError, match="xarm.gripper: false"):
-        backend(ip=SECOND_HOST).connect()
+        backend(ip=SECOND_HOST).on_configure()
     hw = backend(ip=SECOND_HOST, gripper=False)
     loop = active_loop(hw)  # clears the end-effector error (C19) the first attempt caused
     assert hw.describe()["error_at_connect"] == 19

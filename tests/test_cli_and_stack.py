@@ -25,6 +25,19 @@ def test_robots_list_prints_every_registered_robot(capsys):
         assert name in out
 
 
+def test_backends_and_tasks_list_print_each_plugin_and_where_it_comes_from(capsys):
+    assert main(["backends", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["aloha", "flexiv", "franka", "rby1", "sim", "xarm"]
+    assert "r2s2r.hardware.xarm:XArmHardware (r2s2r)" in lines[-1]
+    assert main(["tasks", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [["aloha_cube_handover", "aloha"],
+                                                     ["franka_block_in_bowl", "franka_fr3"],
+                                                     ["franka_cup_in_microwave", "franka_fr3"]]
+    assert lines[1].endswith("config/tasks/franka_block_in_bowl.yaml")
+
+
 @pytest.mark.parametrize("fmt", ["mjcf", "urdf"])
 def test_export_writes_a_model_that_loads_on_its_own(tmp_path, fmt):
     out = tmp_path / f"fr3.{'xml' if fmt == 'mjcf' else 'urdf'}"

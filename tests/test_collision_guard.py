@@ -68,7 +68,7 @@ def table_pose(robot, guard, rng, index) -> np.ndarray:
 def test_targets_that_touch_the_cell_or_the_robot_are_refused_and_change_nothing(name):
     robot = registry()[name]
     hw = SimHardware(stack_scene(name))
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     controller = loop.controller
     group = next(g for g in robot.groups if g.tcp is not None)
@@ -104,7 +104,7 @@ def sweep_with_a_wall(robot):
         if robot.limits.lower[joint] <= target[joint] <= robot.limits.upper[joint] and plain.clearance(target).clear:
             break
     probe = SimHardware(stack_scene(robot.name))
-    probe.connect()
+    probe.on_configure()
     m, d = probe.twin.model, probe.twin.data
     d.qpos[probe.twin._arm_qpos] = (start + target) / 2
     mujoco.mj_kinematics(m, d)
@@ -122,7 +122,7 @@ def test_a_motion_through_a_fixture_stops_short_of_it_and_can_back_away(name):
     guard = CollisionGuard(robot, scene)
     assert guard.clearance(start).clear and guard.clearance(target).clear, "the sweep's ends must be clear"
     hw = SimHardware(scene)
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     index = [robot.joint_names.index(j) for j in group.joints]
     loop.controller.command_positions(group.name, target[index], hw.now)
@@ -152,7 +152,7 @@ def test_hostile_targets_anywhere_in_the_limits_touch_nothing_and_keep_the_limit
     servo tolerance of the datasheet, accelerations within the spec."""
     robot = registry()[name]
     hw = SimHardware(stack_scene(name))
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     rng = np.random.default_rng(ROBOTS.index(name))
     every = max(1, int(round(loop.rate_hz / robot.state_rate_hz)))
@@ -194,7 +194,7 @@ def test_a_hand_resting_near_the_table_moves_away_as_fast_as_the_limits_allow():
     (here its shoulder, 0.6 rad) runs as fast as the limits allow, without a stop short."""
     robot = registry()["franka_fr3"]
     hw = SimHardware(stack_scene("franka_fr3"))
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     resting = np.array([0.561, 0.904, -0.507, -1.720, -0.300, 2.391, -0.277])  # a finger 8.5 mm above the table
     openings = loop.controller.gripper_openings()
@@ -223,7 +223,7 @@ def test_a_finger_touching_the_table_is_not_driven_into_it_at_speed():
     presses it deeper stops short, fast or slow, however far below the target lies."""
     robot = registry()["franka_fr3"]
     hw = SimHardware(stack_scene("franka_fr3"))
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     guard, openings, lim = loop.guard, loop.controller.gripper_openings(), loop.limits
     resting = np.array([0.561, 0.904, -0.507, -1.720, -0.300, 2.391, -0.277])

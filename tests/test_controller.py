@@ -99,7 +99,7 @@ def _loop_after(batched: bool, watchdog_s: float = 0.5):
     from r2s2r.hardware.sim import SimHardware
     from r2s2r.sim.scene import load_scene
     hardware = SimHardware(load_scene("config/scenes/franka_table.yaml"), seed=3)
-    hardware.connect()
+    hardware.on_configure()
     loop = ControlLoop(hardware, limits=SafetyLimits.of(FR3, watchdog_s=watchdog_s))
     # A filter slower than the limiter plans for, so that it has work to do on both paths.
     loop.safety = SafetyFilter(SafetyLimits.of(FR3, velocity_scale=0.5), loop.dt, loop.positions())

@@ -77,11 +77,11 @@ class Trajectory(TrialObserver):
 def test_an_evaluation_of_a_fitted_scene_moves_as_the_driver_steps_the_fitted_twin(fitted_task, tmp_path):
     """The chain a fitted cell's evaluation runs: the scene names the fitted dynamics, the runner's
     trial follows a moving target, and the same commands stepped through the driver's own core
-    (SimHardware of the scene, ControlLoop) give the same joint positions, bit for bit; the nominal
+    (SimHardware of the scene, Driver) give the same joint positions, bit for bit; the nominal
     twin's differ (its stiffer servos lag less)."""
     from r2s2r.eval.runner import send_command
     from r2s2r.eval.tasks import load_task
-    from r2s2r.hardware.loop import ControlLoop
+    from r2s2r.hardware.driver import Driver
     from r2s2r.hardware.sim import SimHardware
 
     goal = FR3.home_positions + np.array([0.4, 0.3, 0.0, -0.3, 0.0, 0.3, 0.0])
@@ -93,17 +93,16 @@ def test_an_evaluation_of_a_fitted_scene_moves_as_the_driver_steps_the_fitted_tw
     assert len(trial.ticks) >= 3
 
     def driven(scene) -> np.ndarray:
-        hardware = SimHardware(scene, seed=spec.seed)
-        hardware.connect()
-        loop = ControlLoop(hardware)
-        loop.hold_here()
+        driver = Driver(SimHardware(scene, seed=spec.seed))
+        driver.start()
+        driver.hold_here()
         positions = []
         for k, (now, command, _) in enumerate(trial.ticks):
-            assert hardware.now == now
+            assert driver.hardware.now == now
             if command is not None:
-                assert send_command(loop.controller, command, now) == []
-            loop.run_until(trial.ticks[k + 1][0] if k + 1 < len(trial.ticks) else now + 1.0 / 20.0)
-            positions.append(loop.sample().positions_of(FR3.joint_names).copy())
+                assert send_command(driver, command) == []
+            sample = driver.step(trial.ticks[k + 1][0] if k + 1 < len(trial.ticks) else now + 1.0 / 20.0)
+            positions.append(sample.positions_of(FR3.joint_names).copy())
         return np.array(positions)
     scene = load_task(fitted_task).scene()
     assert scene.dynamics is not None

@@ -153,7 +153,7 @@ def test_pressing_the_hand_into_the_table_is_a_collision():
     task = load_task("franka_block_in_bowl")
     task.new_episode()
     hardware = SimHardware(task.scene())
-    hardware.connect()
+    hardware.on_configure()
     task.start(hardware.twin)
     loop = ControlLoop(hardware, 250.0)
     loop.hold_here()

@@ -124,7 +124,7 @@ def stack_twin(robot_name: str):
     """The SimHardware of the robot's sim stack's scene, connected (for its limits and servos)."""
     from r2s2r.hardware.sim import SimHardware
     hardware = SimHardware(stack_scene(robot_name))
-    hardware.connect()
+    hardware.on_configure()
     return hardware
 
 

@@ -4,7 +4,9 @@ hands them over): JointTrajectory with unsorted, negative or duplicate times, po
 length, NaN or Inf values, repeated, missing or unknown joint names, stamps far in the past or
 future, and 100,000 points; Float64MultiArray empty, oversized or not finite; estop flapping.
 The node never raises, refuses what is wrong by name (its diagnostics count it), and the arm
-holds where it stood through every refused command."""
+holds where it stood through every refused command. Its services (~/reset, ~/home, ~/enable)
+taken in any order with estops and commands between them answer with what happened and leave
+the arm within its limits."""
 
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ from hypothesis import strategies as st
 from rclpy.context import Context
 from rclpy.parameter import Parameter
 from std_msgs.msg import Bool, Float64MultiArray, Header
+from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.robots import get_robot
+from r2s2r.waiting import wait_for
 
 FR3 = get_robot("franka_fr3")
 ARM = FR3.group("arm")
@@ -105,11 +109,71 @@ def test_a_trajectory_of_100000_points_and_estop_flapping_are_taken_in_stride(dr
     driver._on_trajectory("arm", msg)  # accepted or refused, it returns
     for k in range(1000):  # estop flapping at 1 kHz of messages: the latch holds until ~/enable
         driver._on_estop(Bool(data=k % 2 == 0))
-    assert driver._estopped
+    assert driver.driver.estopped
     before = _held(driver)
     driver._on_positions("arm", Float64MultiArray(data=list(FR3.home_positions + 0.1)))
     assert np.array_equal(_held(driver), before)
     assert "estop is latched" in driver.loop.controller.stats.last_error
+
+
+# -- driver_node's services: ~/reset, ~/home, ~/enable in any order, with estops and commands between --
+LOWER, UPPER = FR3.limits.lower[:7], FR3.limits.upper[:7]
+
+calls = st.lists(st.one_of(
+    st.just(("reset",)), st.just(("home",)), st.tuples(st.just("enable"), st.booleans()),
+    st.tuples(st.just("estop"), st.booleans()),
+    st.tuples(st.just("positions"), st.lists(st.floats(-0.3, 0.3), min_size=7, max_size=7)),
+    st.tuples(st.just("positions"), st.lists(st.floats(allow_nan=True), max_size=9)),
+    st.tuples(st.just("gripper"), st.floats(-0.1, 0.2))), max_size=12)
+
+
+def _call(driver: DriverNode, call) -> str:
+    kind = call[0]
+    if kind in ("reset", "home"):
+        handler = driver._on_reset if kind == "reset" else driver._on_home
+        response = handler(Trigger.Request(), Trigger.Response())
+        return response.message
+    if kind == "enable":
+        response = driver._on_enable(SetBool.Request(data=call[1]), SetBool.Response())
+        return response.message
+    if kind == "estop":
+        driver._on_estop(Bool(data=call[1]))
+        return "estop"
+    if kind == "positions":
+        offsets = call[1]
+        values = list(FR3.home_positions[:len(offsets)] + np.asarray(offsets)) if len(offsets) == 7 else offsets
+        driver._on_positions("arm", Float64MultiArray(data=values))
+        return "positions"
+    driver._on_gripper("gripper", Float64MultiArray(data=[call[1]]))
+    return "gripper"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sequence=calls)
+def test_services_estops_and_commands_in_any_order_never_raise_and_the_arm_stays_within_limits(driver, sequence):
+    for call in sequence:
+        assert _call(driver, call)  # a response with a message, never an exception
+        position = driver.loop.positions()[:7]
+        assert np.all(position >= LOWER - 1e-3) and np.all(position <= UPPER + 1e-3)
+    assert driver._thread.is_alive() and not driver.driver.fault
+    # Whatever happened, enable(True) and home() give a driver that takes commands again.
+    assert _call(driver, ("enable", True)) == "enabled"
+    assert _call(driver, ("home",)) == "moving home"
+    rejected = driver.driver.snapshot().values["commands_rejected"]
+    target = FR3.home_positions[:7] + 0.05
+    _call(driver, ("positions", [0.05] * 7))
+    assert driver.driver.snapshot().values["commands_rejected"] == rejected
+    assert np.allclose(driver.loop.controller.groups["arm"].target, target)
+
+
+def test_a_reset_mid_motion_restarts_the_twin_holding_home(driver):
+    _call(driver, ("enable", True))
+    _call(driver, ("positions", [0.3] * 7))
+    start = driver.hardware.now
+    assert wait_for(lambda: driver.hardware.now > start + 0.2, timeout=60.0)
+    message = _call(driver, ("reset",))
+    assert message.startswith("scene reset at t=")
+    assert np.allclose(driver.loop.controller.groups["arm"].target, driver.loop.positions()[:7])
 
 
 # -- policy_node's inputs -------------------------------------------------------------------------------

@@ -235,7 +235,7 @@ def first_motion(scene, runtime, gripper=False):
     """When the arm (or the gripper) starts moving after a command at t = 0, the twin set up with
     `runtime` as Task.start sets it up."""
     hardware = SimHardware(scene)
-    hardware.connect()
+    hardware.on_configure()
     apply_runtime(hardware.twin, runtime)
     apply_runtime(hardware.twin, runtime)  # idempotent: the latency is set, not added again
     loop = ControlLoop(hardware, 250.0)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from r2s2r import plugins
 from r2s2r.config import ConfigError, Section
-from r2s2r.policy import (SCRIPTED, Observation, PolicyError, PolicyMetadata, PolicyRuntime, RuntimeConfig,
-                          load_policy, scripted_policy)
+from r2s2r.policy import Observation, PolicyError, PolicyMetadata, PolicyRuntime, RuntimeConfig, load_policy
 from r2s2r.policy.scripted import HoldPolicy
 from r2s2r.robots import get_robot
 
@@ -64,22 +64,23 @@ def test_hold_holds_what_it_first_saw_until_reset():
         load_policy("scripted:hold")
 
 
-def test_registry_takes_new_policies_by_decorator_and_by_module_path():
-    @scripted_policy("test_wave")
-    def make_wave(params: Section, defaults):
-        return HoldPolicy(defaults)
-    try:
-        assert isinstance(load_policy("scripted:test_wave", DEFAULTS), HoldPolicy)
-        with pytest.raises(ValueError, match="already registered"):
-            scripted_policy("test_wave")(lambda params, defaults: None)
-    finally:
-        del SCRIPTED["test_wave"]
-    # A module r2s2r does not import registers its policies when the URI names it.
-    assert isinstance(load_policy("scripted:r2s2r.policy.scripted:hold", DEFAULTS), HoldPolicy)
-    with pytest.raises(PolicyError, match="unknown scripted policy 'wave'; registered: .*goto, hold"):
+def make_wave(params: Section, defaults):
+    return HoldPolicy(defaults)
+
+
+def test_scripted_policies_are_plugins_or_factories_named_by_module_path():
+    assert plugins.names("scripted_policies") == ["aloha_cube_handover", "franka_block_in_bowl",
+                                                  "franka_cup_in_microwave", "goto", "hold"]
+    assert isinstance(load_policy("scripted:hold", DEFAULTS), HoldPolicy)
+    # A factory in a module no package registers, named by its module path.
+    assert isinstance(load_policy(f"scripted:{__name__}:make_wave", DEFAULTS), HoldPolicy)
+    with pytest.raises(PolicyError, match="unknown scripted policy 'wave'; expected one of aloha_cube_handover, "
+                                          ".*goto, hold \\(or scripted:package.module:FACTORY\\)"):
         load_policy("scripted:wave", DEFAULTS)
-    with pytest.raises(PolicyError, match="module r2s2r.policy.scripted registers no scripted policy 'wave'"):
+    with pytest.raises(PolicyError, match="module r2s2r.policy.scripted defines no scripted policy factory 'wave'"):
         load_policy("scripted:r2s2r.policy.scripted:wave", DEFAULTS)
+    with pytest.raises(PolicyError, match="module 'no_such_lab.policies' cannot be imported"):
+        load_policy("scripted:no_such_lab.policies:wave", DEFAULTS)
 
 
 def test_policy_config_file_carries_uri_params_and_runtime(tmp_path):
@@ -107,7 +108,7 @@ def test_goto_drives_the_twin_in_process_through_the_runtime():
     from r2s2r.sim.scene import Scene
 
     hardware = SimHardware(Scene(robot=FR3.name), seed=0)
-    hardware.connect()
+    hardware.on_configure()
     loop = ControlLoop(hardware, 500.0)
     goal = HOME + np.array([0.2, -0.2, 0.1, 0.2, -0.1, 0.1, 0.2])
     policy = load_policy("scripted:goto", DEFAULTS, {"goal": {"arm": goal.tolist()}, "max_speed": 1.0,

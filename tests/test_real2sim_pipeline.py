@@ -449,7 +449,7 @@ def _drive(scene, episode):
     from r2s2r.hardware.sim import SimHardware
     from r2s2r.real2sim.replay import initial_sample
     hw = SimHardware(scene)
-    hw.connect()
+    hw.on_configure()
     hw.state = Lifecycle.INACTIVE
     twin = hw.twin
     first = initial_sample(episode)

@@ -86,7 +86,7 @@ def _clear_step(hw, robot, group, index, step):
 
 def test_step_is_tracked_within_velocity_limits(robot):
     hw = SimHardware(Scene(robot=robot.name, table=None, robot_cameras=False))
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     limits = robot.limits
     vmax = limits.velocity

@@ -41,10 +41,10 @@ class RecordingHardware(Hardware):
         self.written: list[np.ndarray] = []
         self.openings: list[np.ndarray] = []
 
-    def connect(self):
+    def on_configure(self):
         pass
 
-    def disconnect(self):
+    def on_cleanup(self):
         pass
 
     def reset(self):
@@ -332,8 +332,8 @@ def test_the_hostile_stream_reproduction_comes_to_rest_on_the_twin():
     from r2s2r.sim.scene import load_scene
 
     hw = SimHardware(load_scene("config/scenes/franka_table.yaml"))
-    hw.connect()
-    hw.activate()
+    hw.on_configure()
+    hw.on_activate()
     loop = ControlLoop(hw)
     arm = [i for i, n in enumerate(hw.robot.joint_names) if "finger" not in n][:7]
     home = loop.positions()[arm]

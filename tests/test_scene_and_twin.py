@@ -66,7 +66,7 @@ def test_objects_rest_on_the_table_and_report_contacts():
 
 def run_scripted(twin_seed=0, steps=1500):
     hw = SimHardware(load_scene(SCENE), seed=twin_seed)
-    hw.connect()
+    hw.on_configure()
     loop = ControlLoop(hw)
     target = hw.robot.home_positions + np.array([0.3, 0.2, -0.2, 0.3, 0.1, -0.2, 0.3])
     loop.controller.command_positions("arm", target)

@@ -149,7 +149,7 @@ def _drive(robot, group, seed):
     positions, velocities) of the group's joints. Contacts are off: a collision changes the speed
     through the world, not through the servo."""
     hw = SimHardware(Scene(robot=robot.name, table=None, robot_cameras=False), seed=seed)
-    hw.connect()
+    hw.on_configure()
     hw.twin.model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
     loop = ControlLoop(hw)
     g = robot.group(group)

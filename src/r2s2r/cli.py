@@ -18,6 +18,21 @@ def _robots_list(args) -> int:
     return 0
 
 
+def _backends_list(args) -> int:
+    from r2s2r import plugins
+    for name in plugins.names("backends"):
+        print(f"{name:<10} {plugins.source('backends', name)}")
+    return 0
+
+
+def _tasks_list(args) -> int:
+    from r2s2r.eval.tasks import load_task, task_files
+    for name, path in task_files().items():
+        task = load_task(name)
+        print(f"{name:<26} {task.scene().robot:<14} {task.time_limit_s:g} s  {path}")
+    return 0
+
+
 def _robots_export(args) -> int:
     from r2s2r.robots import get_robot
     robot = get_robot(args.robot)
@@ -63,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("mjcf", "urdf"), default="mjcf")
     export.add_argument("--out", required=True)
     export.set_defaults(func=_robots_export)
+
+    backends = sub.add_parser("backends", help="the hardware backends").add_subparsers(dest="action", required=True)
+    backends.add_parser("list", help="print the installed backends").set_defaults(func=_backends_list)
+    tasks = sub.add_parser("tasks", help="the evaluation tasks").add_subparsers(dest="action", required=True)
+    tasks.add_parser("list", help="print the registered tasks").set_defaults(func=_tasks_list)
 
     up = sub.add_parser("up", help="start a stack's nodes (config/stacks/<name>.yaml)")
     up.add_argument("stack")

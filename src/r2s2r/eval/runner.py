@@ -49,6 +49,7 @@ import numpy as np
 
 from r2s2r.contract.types import CommandError
 from r2s2r.eval.tasks import Outcome
+from r2s2r.hardware.driver import Driver
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.policy import Observation, PolicyMetadata, PolicyRuntime, RuntimeConfig, load_policy, read_policy_config
@@ -324,11 +325,12 @@ class _Trial:
         task.new_episode(spec.values)
         scene = task.scene(spec.values)
         hardware = SimHardware.from_twin(worker.twin(spec.task, scene, slot), spec.seed)
-        hardware.connect()
+        self.driver = Driver(hardware, control_rate_hz=spec.control_rate_hz)  # driver_node's core
+        self.driver.start()
         self.twin = twin = hardware.twin
-        self.loop = loop = ControlLoop(hardware, spec.control_rate_hz)
+        self.loop = loop = self.driver.loop
         task.start(twin)
-        loop.hold_here()
+        self.driver.hold_here()
         self.policy, config = worker.policy(spec.policy, hardware.robot)
         self.cameras = tuple(self.policy.metadata.observation.cameras)
         self.renderer = worker.renderer(spec.task, scene, twin, slot) if self.cameras else None
@@ -373,12 +375,12 @@ class _Trial:
         command = self.runtime.step(now, observation)
         self.failed_to_act.note_runtime(self.runtime.stats, now - self.start)
         if command is not None:  # a perturbation's latency is the twin's (apply_runtime)
-            for error in send_command(self.loop.controller, command, now):
+            for error in send_command(self.driver, command):
                 self.failed_to_act.note(INVALID_ACTION, error, now - self.start)
         physics = time.perf_counter()
         timing["policy"] += physics - clock
         self.ticks += 1
-        self.loop.run_until(self.start + self.ticks * self.period)  # every cycle of the tick in one go
+        self.driver.step(self.start + self.ticks * self.period)  # every cycle of the tick in one go
         judging = time.perf_counter()
         timing["physics"] += judging - physics
         self.task.step(twin)
@@ -463,20 +465,19 @@ class FailureToAct:
         self._errors, self._misses = stats.errors, stats.deadline_misses
 
 
-def send_command(controller, command, now: float) -> list[str]:
-    """A policy's Command into the driver's JointController, as driver_node's topics deliver it:
-    each group's targets, each gripper's opening. A command the controller refuses (a limit, NaN,
-    a wrong shape, the collision check) is dropped and the arm holds, as on the driver; returns
-    the refusals' messages."""
+def send_command(driver: Driver, command) -> list[str]:
+    """A policy's Command into the driver, as driver_node's topics deliver it: each group's
+    targets, each gripper's opening. A command the driver refuses (a limit, NaN, a wrong shape,
+    the collision check) is dropped and the arm holds; returns the refusals' messages."""
     errors = []
     for group, target in command.joints.items():
         try:
-            controller.command_positions(group, target, now=now)
+            driver.command_positions(group, target)
         except CommandError as error:
             errors.append(str(error))
     for gripper, opening in command.grippers.items():
         try:
-            controller.command_gripper(gripper, [opening], now=now)
+            driver.command_gripper(gripper, [opening])
         except CommandError as error:
             errors.append(str(error))
     return errors

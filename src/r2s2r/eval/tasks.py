@@ -16,11 +16,10 @@ One trial, as the runner drives it:
 
     task = load_task("franka_block_in_bowl")
     task.new_episode(perturbation)                # fresh tracking state, this trial's values
-    hardware = SimHardware(task.scene(perturbation), seed); hardware.connect()
-    loop = ControlLoop(hardware)
-    task.start(hardware.twin); loop.hold_here()   # gains, latency, initial joints; hold there
+    driver = Driver(SimHardware(task.scene(perturbation), seed)); driver.start()
+    task.start(driver.hardware.twin); driver.hold_here()  # gains, latency, initial joints; hold there
     every 1 / control_rate_hz: observation with objects=task.object_poses(twin) -> policy ->
-        command -> loop.controller; loop.run_until(next tick); task.step(twin)
+        command -> driver.command_positions / command_gripper; driver.step(next tick); task.step(twin)
         stop when task.done(twin) or time_limit_s has passed
     outcome = task.outcome(twin, timed_out)
 
@@ -38,7 +37,7 @@ from typing import Mapping
 
 import numpy as np
 
-from r2s2r import paths
+from r2s2r import paths, plugins
 from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.search.perturbations import PerturbationSpace, apply_runtime, load_space
 from r2s2r.sim.scene import Scene, load_scene, parse_scene
@@ -131,7 +130,7 @@ class Task:
         """Per-trial set-up of a freshly reset twin built from scene(perturbation): actuator gains,
         command latency and initial joints of this episode's perturbation, graspable objects'
         grip friction.
-        The runner then calls loop.hold_here() so the controller holds where the arm starts."""
+        The runner then calls driver.hold_here() so the controller holds where the arm starts."""
         apply_runtime(twin, self.runtime(self.perturbation))
         for name in self.graspable:
             twin.model.geom_priority[twin.model.geom(name).id] = _GRIP_PRIORITY
@@ -151,8 +150,25 @@ class Task:
 
 
 # -- loading ---------------------------------------------------------------------------------------
+SHIPPED_TASKS = paths.config_path("tasks")  # r2s2r's own, registered as the `r2s2r` task folder
+
+
+def task_files() -> dict[str, Path]:
+    """Every registered task (the `r2s2r.tasks` plug-ins: folders of task YAMLs) by name; one
+    name in two folders is an error that names both files."""
+    found: dict[str, Path] = {}
+    for folder_name in plugins.names("tasks"):
+        folder = Path(plugins.load("tasks", folder_name))
+        for path in sorted(folder.glob("*.yaml")):
+            if path.stem in found:
+                raise ConfigError(path, "", f"a task name of its own ({found[path.stem]} is task {path.stem!r} "
+                                  "already)", path.stem)
+            found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
 def task_names() -> list[str]:
-    return sorted(p.stem for p in paths.config_path("tasks").glob("*.yaml"))
+    return list(task_files())
 
 
 def _beside(source: Path, name: str) -> Path:
@@ -196,9 +212,10 @@ def load_task(name_or_path: str | Path, scene: str | Path | None = None, skip_mi
     if text.endswith((".yaml", ".yml")) or Path(text).is_file():
         path = paths.resolve(text)
     else:
-        path = paths.config_path("tasks", f"{text}.yaml")
-        if not path.is_file():
-            raise ConfigError(path, "", "a task name (" + ", ".join(task_names()) + ") or a task YAML", text)
+        known = task_files()
+        if text not in known:
+            raise ConfigError("task", "", "a task name (" + ", ".join(known) + ") or a task YAML", text)
+        path = known[text]
     top = Section(load_yaml(path), path)
     top.reject_unknown({"name", "description", "logic", "time_limit_s", "control_rate_hz", "scene",
                         "perturbations", "graspable", "params"})

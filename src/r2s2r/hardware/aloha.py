@@ -15,8 +15,8 @@ wrist_angle reversed, their shadows not); then, as ALOHA's follower set-up does,
 profiles with Profile Velocity / Acceleration 0 (no profile: each move runs at the Velocity
 Limit, 131 = 3.14 rad/s in Interbotix's config), and a Goal Current for the gripper so it
 squeezes an object with a bounded current instead of stalling into an overload. EEPROM items are
-written only when they differ, and only with the torque off: connect() never drops a holding arm.
-activate() turns the torque on (each servo then holds where it is); deactivate() and disconnect()
+written only when they differ, and only with the torque off: on_configure() never drops a holding arm.
+on_activate() turns the torque on (each servo then holds where it is); on_deactivate() and on_cleanup()
 leave it on, so the arms keep holding their last goal: a follower without torque collapses.
 
 Units: 4096 ticks per turn, 2048 ticks = 0 rad (Interbotix's convention), plus a per-joint offset
@@ -210,7 +210,7 @@ class AlohaSettings:
 
 @dataclass(frozen=True)
 class _Motor:
-    """One servo's identity and EEPROM, as connect() found them."""
+    """One servo's identity and EEPROM, as on_configure() found them."""
 
     name: str
     id: int
@@ -600,7 +600,7 @@ class AlohaHardware(Hardware):
         return joint_index, finger_index, slot, grippers
 
     # -- the lifecycle ---------------------------------------------------------------------------
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         sdk = _import_sdk()
         with self._lock:
             self._close()
@@ -620,24 +620,24 @@ class AlohaHardware(Hardware):
                 raise
             self.state = Lifecycle.INACTIVE
 
-    def activate(self) -> None:
+    def on_activate(self) -> None:
         with self._lock:
             if self.state is Lifecycle.ACTIVE:
                 return
-            self._require_usable("activate()")
+            self._require_usable("on_activate()")
             for arm in self._arms:
                 self._on_link(arm.torque_on)
             self._wants_active = True
             self.state = Lifecycle.ACTIVE
 
-    def deactivate(self) -> None:
+    def on_deactivate(self) -> None:
         """Stop taking setpoints; the torque stays on and the arms hold their last goal."""
         with self._lock:
             if self.state is Lifecycle.ACTIVE:
                 self._wants_active = False
                 self.state = Lifecycle.INACTIVE
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         """Close both ports; the servos keep their torque and hold their last goal."""
         with self._lock:
             self._close()
@@ -672,7 +672,7 @@ class AlohaHardware(Hardware):
             if fault:
                 raise HardwareError(f"aloha: {fault}; reset() reboots the servo")
             if self.state is not Lifecycle.ACTIVE:
-                raise HardwareError(f"aloha: write() while {self.state.value}; call activate() first")
+                raise HardwareError(f"aloha: write() while {self.state.value}; activate it first (on_activate)")
             if command.names != self.robot.joint_names:
                 raise HardwareError(f"aloha: setpoints for {', '.join(command.names)}; expected "
                                     f"{', '.join(self.robot.joint_names)}")
@@ -738,7 +738,7 @@ class AlohaHardware(Hardware):
         return float(np.clip(lo + (angle - closed) * slope, lo, hi)), rate * slope
 
     def _on_link(self, call, *args):
-        """Run one bus operation; a lost link is remembered until connect()."""
+        """Run one bus operation; a lost link is remembered until on_configure()."""
         try:
             return call(*args)
         except LinkLost as error:
@@ -752,9 +752,9 @@ class AlohaHardware(Hardware):
 
     def _require_link(self, what: str) -> None:
         if self._link_lost:
-            raise LinkLost(f"aloha: {what}: the link is lost ({self._link_lost}); connect() again")
+            raise LinkLost(f"aloha: {what}: the link is lost ({self._link_lost}); connect again (on_configure)")
         if not self._arms:
-            raise HardwareError(f"aloha: {what} before connect(); call connect() first")
+            raise HardwareError(f"aloha: {what} before connecting; connect first (on_configure)")
 
     def _require_usable(self, what: str) -> None:
         self._require_link(what)
@@ -766,6 +766,3 @@ class AlohaHardware(Hardware):
         arms, self._arms = self._arms, ()
         for arm in arms:
             arm.close()
-
-
-HARDWARE = AlohaHardware

@@ -1,10 +1,12 @@
 """The Hardware interface every backend implements, sim and real alike.
 
-The lifecycle follows ros2_control's hardware components:
+The lifecycle follows ros2_control's hardware components. The driver core (hardware.driver)
+makes every transition by calling the backend's hooks; a backend records its own state, and
+nothing outside it writes `Hardware.state`:
 
-    unconfigured --connect()--> inactive --activate()--> active --deactivate()--> inactive
-    any state --(fault, link lost)--> error --connect()--> inactive ...
-    any state --disconnect()--> finalized
+    unconfigured --on_configure()--> inactive --on_activate()--> active --on_deactivate()--> inactive
+    any state --on_error(fault or lost link)--> error --on_configure()--> inactive ...
+    any state --on_cleanup()--> finalized
 
 `read()` and `write()` are called once per control cycle by `ControlLoop`; a backend must
 answer within its `link_timeout_s` or raise `LinkLost`, so the driver can report the fault
@@ -60,22 +62,30 @@ class Hardware(abc.ABC):
         self.settings = dict(settings or {})
         self.state = Lifecycle.UNCONFIGURED
 
-    # -- the lifecycle ---------------------------------------------------------------------------
+    # -- the lifecycle: ros2_control's hooks, called by the driver core ------------------------------
     @abc.abstractmethod
-    def connect(self) -> None:
-        """Open the link to the robot (configure); raise HardwareError or LinkLost with the reason."""
+    def on_configure(self) -> None:
+        """Open the link to the robot; raise HardwareError or LinkLost with the reason."""
 
-    def activate(self) -> None:
+    def on_activate(self) -> None:
         """Start accepting setpoints (servo / streaming mode on, brakes open)."""
         self.state = Lifecycle.ACTIVE
 
-    def deactivate(self) -> None:
+    def on_deactivate(self) -> None:
         """Stop accepting setpoints; the robot holds where it is."""
         self.state = Lifecycle.INACTIVE
 
+    def on_error(self, error: Exception) -> None:
+        """The link was lost or the robot faulted (`error`): close the link, whatever it still
+        answers, and stay in error until on_configure() connects again."""
+        try:
+            self.on_cleanup()
+        finally:
+            self.state = Lifecycle.ERROR
+
     @abc.abstractmethod
-    def disconnect(self) -> None:
-        """Close the link (finalize). Safe to call in any state, more than once."""
+    def on_cleanup(self) -> None:
+        """Close the link (finalize), leaving the robot safe. Safe to call in any state, more than once."""
 
     # -- the control cycle -------------------------------------------------------------------------
     @abc.abstractmethod

@@ -85,7 +85,7 @@ class FlexivHardware(Hardware):
         self._sent_at = -math.inf
         self._sent_opening = math.nan
         self._resume_after_reset = False  # streaming was on when the fault struck
-        self._lost = False  # the link dropped: everything raises LinkLost until connect()
+        self._lost = False  # the link dropped: everything raises LinkLost until on_configure()
         self._last_error = ""  # the last request the robot refused, for diagnostics
 
     def _read_settings(self, s: Section) -> None:
@@ -120,7 +120,7 @@ class FlexivHardware(Hardware):
         return addresses
 
     # -- the lifecycle ---------------------------------------------------------------------------
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         self._release()
         rdk = _import_rdk()
         try:
@@ -172,7 +172,7 @@ class FlexivHardware(Hardware):
     def _move_gripper(self, width: float) -> None:
         self._gripper.Move(width, self._gripper_speed, self._gripper_force)
 
-    def activate(self) -> None:
+    def on_activate(self) -> None:
         robot = self._session()
         if robot.fault():
             raise HardwareError(f"flexiv: {self.serial_number} is in fault; clear it with ~/reset before enabling")
@@ -194,7 +194,7 @@ class FlexivHardware(Hardware):
         self._sent_at = -math.inf
         self.state = Lifecycle.ACTIVE
 
-    def deactivate(self) -> None:
+    def on_deactivate(self) -> None:
         if self.state is not Lifecycle.ACTIVE:
             return
         robot = self._session()
@@ -204,7 +204,7 @@ class FlexivHardware(Hardware):
             raise self._request_failed("stopping", exc) from None
         self.state = Lifecycle.INACTIVE
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         if self.state is Lifecycle.ACTIVE and self._link_alive():
             try:
                 self._robot.Stop()
@@ -232,7 +232,7 @@ class FlexivHardware(Hardware):
         self._resume_after_reset, self._last_error = False, ""
         self.state = Lifecycle.INACTIVE
         if resume:
-            self.activate()
+            self.on_activate()
 
     # -- the control cycle -------------------------------------------------------------------------
     def read(self) -> JointSample:
@@ -290,7 +290,7 @@ class FlexivHardware(Hardware):
     # -- link and faults ---------------------------------------------------------------------------
     def _session(self):
         if self._robot is None or self._lost:
-            raise LinkLost(f"flexiv: not connected to {self.serial_number}; call connect()")
+            raise LinkLost(f"flexiv: not connected to {self.serial_number}; connect again (on_configure)")
         return self._robot
 
     def _check_link(self, robot, stamp: tuple, now: float) -> None:
@@ -352,6 +352,3 @@ def _import_rdk():
             f"3.11 or 3.13, and this is Python {here}: run the driver under Python 3.10, 3.12 or 3.14 and "
             f"install it with `pip install .[drivers]` (or `pip install {RDK_PACKAGE}=={RDK_VERSION}`)") from None
     return flexivrdk
-
-
-HARDWARE = FlexivHardware

@@ -58,7 +58,7 @@ between the fingers. The opening the controller holds when the arm is activated 
 so connecting never moves the fingers.
 
 Faults. A reflex (ControlException: collision, limit violation) ends the motion; read() then
-raises FrankaReflex, a LinkLost, so the driver holds, reports and reconnects, and connect()
+raises FrankaReflex, a LinkLost, so the driver holds, reports and reconnects, and on_configure()
 clears the reflex with `automatic_error_recovery()` when `recover_errors` is on. A network error
 (NetworkException) or a silent robot is LinkLost. `reset()` clears a pending reflex; nothing is
 ever teleported, the driver streams the way home itself.
@@ -832,7 +832,7 @@ class FrankaHardware(Hardware):
         self._sdk_version = ""
 
     # -- the lifecycle ---------------------------------------------------------------------------
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         franka = _import_sdk()
         self._close_helpers(grace_s=0.5)
         self.state = Lifecycle.UNCONFIGURED
@@ -853,7 +853,7 @@ class FrankaHardware(Hardware):
         self._sdk_version = franka.__version__
         self.state = Lifecycle.INACTIVE
 
-    def activate(self) -> None:
+    def on_activate(self) -> None:
         if self.state is Lifecycle.ACTIVE:
             return
         self._arm_values()  # raises if the link is gone
@@ -861,13 +861,13 @@ class FrankaHardware(Hardware):
         self._gripper_sent = None
         self.state = Lifecycle.ACTIVE
 
-    def deactivate(self) -> None:
+    def on_deactivate(self) -> None:
         if self.state is not Lifecycle.ACTIVE:
             return
         self._arm.request("deactivate")
         self.state = Lifecycle.INACTIVE
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         self._close_helpers(grace_s=STOP_TIMEOUT_S + 0.5)
         self.state = Lifecycle.FINALIZED
 
@@ -976,7 +976,7 @@ class FrankaHardware(Hardware):
     def _arm_values(self) -> np.ndarray:
         """The newest arm state; LinkLost (or FrankaReflex) when there is none to trust."""
         if self._arm is None:
-            raise LinkLost("the franka backend is not connected (call connect())")
+            raise LinkLost("the franka backend is not connected (connect it: on_configure)")
         values = self._snapshot(self._arm)
         phase = int(values[A_PHASE])
         if phase == Phase.FAULT:
@@ -1014,6 +1014,3 @@ _ROBOT_MODES = ("other", "idle", "move", "guiding", "reflex", "user_stopped", "a
 
 def _robot_mode_name(value: int) -> str:
     return _ROBOT_MODES[value] if 0 <= value < len(_ROBOT_MODES) else str(value)
-
-
-HARDWARE = FrankaHardware

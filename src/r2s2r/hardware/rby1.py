@@ -5,7 +5,7 @@ the robot spec has the 22 that are not wheels, and both are mapped by name. Powe
 `power` and servo for `servo` (regexes of device and joint names); the servo pattern may not
 name a wheel, and no mobility command is ever sent, so the base stays where it is.
 
-Commands: activate() enables the control manager and opens a command stream; every
+Commands: on_activate() enables the control manager and opens a command stream; every
 `1 / command_rate_hz` the newest setpoint goes out as one RobotCommand holding a
 JointPositionCommand for each component (torso, right arm, left arm, head), each with a minimum
 time just over the send period, so the robot's own planner tracks the stream. Each command holds
@@ -21,7 +21,7 @@ puts the backend in ERROR: nothing is streamed, describe() says why, reset() cle
 Grippers: Rainbow's two Dynamixels (ID 0 right, ID 1 left) hang on a USB bus of the robot's own
 PC (the UPC, device `gripper_device`), powered by the tool flanges' 12 V output; they are only
 reachable when the driver runs on the UPC (set `gripper_device: ""` elsewhere: the finger joints
-then read NaN and gripper commands are ignored). The first activate() homes them as Rainbow's
+then read NaN and gripper commands are ignored). The first on_activate() homes them as Rainbow's
 examples do (drive each way in current mode until the encoders stall, the two stalls bound the
 stroke), then they run in current-based position mode; a worker thread writes goal positions
 when the opening changes and polls the encoders.
@@ -51,7 +51,7 @@ SETTINGS_SOURCE = "driver parameters"
 WHEELS = ("right_wheel", "left_wheel")  # Model A's mobility joints
 COMPONENTS = ("torso", "right_arm", "left_arm", "head")  # the SDK's command components = our groups
 HOLD_TIME_S = 1.0  # how long the robot keeps executing a streamed command without a newer one
-PARKED_HOLD_TIME_S = 1e6  # deactivate(): hold the last setpoint until the next activation
+PARKED_HOLD_TIME_S = 1e6  # on_deactivate(): hold the last setpoint until the next activation
 SEND_TIMEOUT_MS = 500
 # Rainbow streams with acceleration limits far above the model's so that the robot's planner
 # follows the stream; our setpoints already respect the spec's acceleration limits.
@@ -137,7 +137,7 @@ class Rby1Hardware(Hardware):
         return pattern
 
     # -- the lifecycle ---------------------------------------------------------------------------
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         self._release()
         if self._grippers is not None and not os.path.exists(self._grippers.device):
             raise HardwareError(f"rby1: no gripper bus at {self._grippers.device}: the grippers' Dynamixels are on "
@@ -190,13 +190,13 @@ class Rby1Hardware(Hardware):
         self._acceleration_limit = limits.acceleration * STREAM_ACCELERATION_SCALE
 
     def _on_state(self, state, control_manager) -> None:
-        """The SDK's state thread (and connect()): keep the newest state, stamped on arrival."""
+        """The SDK's state thread (and on_configure()): keep the newest state, stamped on arrival."""
         sample = (np.asarray(state.position, float)[self._index], np.asarray(state.velocity, float)[self._index],
                   np.asarray(state.torque, float)[self._index], time.monotonic())
         with self._lock:
             self._state, self._control_manager = sample, control_manager
 
-    def activate(self) -> None:
+    def on_activate(self) -> None:
         robot = self._session()
         try:
             self._control_manager = robot.get_control_manager_state()
@@ -221,7 +221,7 @@ class Rby1Hardware(Hardware):
     def _send(self, command) -> None:
         self._stream.send_command(command, SEND_TIMEOUT_MS)
 
-    def deactivate(self) -> None:
+    def on_deactivate(self) -> None:
         if self.state is not Lifecycle.ACTIVE:
             return
         self._session()
@@ -236,7 +236,7 @@ class Rby1Hardware(Hardware):
         if error is not None:
             raise self._request_failed("parking", error)
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         self._release()
         self.state = Lifecycle.FINALIZED
 
@@ -276,7 +276,7 @@ class Rby1Hardware(Hardware):
         self._resume_after_reset, self._last_error = False, ""
         self.state = Lifecycle.INACTIVE
         if resume:
-            self.activate()
+            self.on_activate()
 
     # -- the control cycle -------------------------------------------------------------------------
     def read(self) -> JointSample:
@@ -327,7 +327,7 @@ class Rby1Hardware(Hardware):
     # -- link and faults ---------------------------------------------------------------------------
     def _session(self):
         if self._robot is None or self._lost:
-            raise LinkLost(f"rby1: not connected to {self.address}; call connect()")
+            raise LinkLost(f"rby1: not connected to {self.address}; connect again (on_configure)")
         return self._robot
 
     def _fresh_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -524,6 +524,3 @@ def _import_sdk():
                             f"import here ({exc}); install it with `pip install .[drivers]` (or "
                             f"`pip install {SDK_PACKAGE}=={SDK_VERSION}`)") from None
     return rby1_sdk
-
-
-HARDWARE = Rby1Hardware

@@ -21,20 +21,23 @@ class SimHardware(Hardware):
         self.scene = scene
         self.seed = seed
         self.twin: Twin | None = None
-        self._compiled: Twin | None = None  # from_twin's: connect() resets it instead of compiling
+        self._compiled: Twin | None = None  # from_twin's: on_configure() resets it instead of compiling
 
     @classmethod
-    def from_twin(cls, twin: Twin, seed: int | None = None) -> "SimHardware":
+    def from_twin(cls, twin: Twin, seed: int | None = None, reset: bool = True) -> "SimHardware":
         """SimHardware around a twin compiled already (a worker's cached one, a cell with its
-        own model edits): connect() resets it from `seed` instead of compiling the scene again."""
+        own model edits): on_configure() resets it from `seed` instead of compiling the scene
+        again, or, with `reset=False`, takes it in the state it is in (a scene being validated)."""
         hardware = cls(twin.scene, seed)
         hardware._compiled = twin
+        hardware._reset_on_configure = reset
         return hardware
 
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         if self._compiled is not None:
             self.twin = self._compiled
-            self.twin.reset(self.seed)
+            if self._reset_on_configure:
+                self.twin.reset(self.seed)
         else:
             self.twin = Twin(self.scene, seed=self.seed)
         self.state = Lifecycle.INACTIVE
@@ -65,7 +68,7 @@ class SimHardware(Hardware):
 
     @property
     def now(self) -> float:
-        return self.twin.time
+        return self.twin.time if self.twin is not None else float("nan")  # nan: not connected
 
     @property
     def timestep(self) -> float:
@@ -74,9 +77,6 @@ class SimHardware(Hardware):
     def reset(self) -> None:
         self.twin.reset()
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         self.twin = None
         self.state = Lifecycle.FINALIZED
-
-
-HARDWARE = SimHardware

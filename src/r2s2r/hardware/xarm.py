@@ -19,13 +19,13 @@ tool RS-485 bus (on the SDK's second command socket, port 503, when the controll
 so they never hold the servo stream's socket) and polls of the controller's error and warning
 codes.
 
-Lifecycle on the controller: connect() clears a pending error or warning, enables the motors
-and leaves the arm holding in position mode (mode 0, state 0); activate() switches to servo
-mode; deactivate() back to position mode, where the arm holds. disconnect() while the arm is
+Lifecycle on the controller: on_configure() clears a pending error or warning, enables the motors
+and leaves the arm holding in position mode (mode 0, state 0); on_activate() switches to servo
+mode; on_deactivate() back to position mode, where the arm holds. on_cleanup() while the arm is
 still moving (a joint faster than 0.01 rad/s between the last two reports; the report's state
 field is no guide, streaming keeps it at "moving") calls the SDK's emergency_stop(): the
-controller stops the arm and keeps the motors enabled. Otherwise disconnect() leaves the arm in
-position mode. A lost link is recovered by connect(), which opens a fresh XArmAPI: reusing the
+controller stops the arm and keeps the motors enabled. Otherwise on_cleanup() leaves the arm in
+position mode. A lost link is recovered by on_configure(), which opens a fresh XArmAPI: reusing the
 old one races with its report thread, which disconnects it.
 """
 
@@ -178,9 +178,9 @@ class XArmHardware(Hardware):
         self._servo: LatestWorker | None = None  # sends servo-j
         self._servo_wait: SilenceClock | None = None  # since the servo-j call in flight was made
         self._status: LatestWorker | None = None  # gripper commands, gripper and error-code polls
-        self._link_lost = ""  # why, once the link is gone: read/write keep failing until connect()
+        self._link_lost = ""  # why, once the link is gone: read/write keep failing until on_configure()
         self._fault = ""  # a controller fault that reset() may clear
-        self._wants_servo = False  # activate() asked for servo mode; reset() restores it
+        self._wants_servo = False  # on_activate() asked for servo mode; reset() restores it
         self._gripper_sent: int | None = None
         self._gripper_pulses = math.nan
         self._gripper_fault = ""
@@ -189,7 +189,7 @@ class XArmHardware(Hardware):
         self._identity: dict[str, Any] = {}
 
     # -- the lifecycle ---------------------------------------------------------------------------
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         xarm_api = _import_sdk()
         self._close_link()
         self.state = Lifecycle.UNCONFIGURED
@@ -202,25 +202,25 @@ class XArmHardware(Hardware):
             raise
         self.state = Lifecycle.INACTIVE
 
-    def activate(self) -> None:
+    def on_activate(self) -> None:
         if self.state is Lifecycle.ACTIVE:
             return
-        self._check_usable("activate()")
+        self._check_usable("on_activate()")
         with self._patient(self._api):
             self._enter_mode(MODE_SERVO)
         self._wants_servo = True
         self.state = Lifecycle.ACTIVE
 
-    def deactivate(self) -> None:
+    def on_deactivate(self) -> None:
         if self.state is not Lifecycle.ACTIVE:
             return
-        self._check_usable("deactivate()")
+        self._check_usable("on_deactivate()")
         with self._patient(self._api):
             self._enter_mode(MODE_POSITION)
         self._wants_servo = False
         self.state = Lifecycle.INACTIVE
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         api = self._api
         if (api is not None and self.state is Lifecycle.ACTIVE and not self._link_lost
                 and self._report_age() <= self.link_timeout_s):
@@ -276,7 +276,7 @@ class XArmHardware(Hardware):
         if self._fault:
             raise HardwareError(f"xarm: {self._fault}; reset() clears it")
         if self.state is not Lifecycle.ACTIVE:
-            raise HardwareError(f"xarm: write() while {self.state.value}; call activate() first")
+            raise HardwareError(f"xarm: write() while {self.state.value}; activate it first (on_activate)")
         if command.names != self.robot.joint_names:
             raise HardwareError(f"xarm: setpoints for {', '.join(command.names)}; expected "
                                 f"{', '.join(self.robot.joint_names)}")
@@ -321,7 +321,7 @@ class XArmHardware(Hardware):
     def _open(self, xarm_api):
         """XArmAPI(ip) under a deadline: a controller that accepts TCP but never answers would
         keep the SDK's handshake retrying for minutes. A handshake that outlives its deadline is
-        not started again: the next connect() waits for the same one."""
+        not started again: the next on_configure() waits for the same one."""
         ip, deadline = self.config.ip, self.config.connect_timeout_s
         if self._handshake is None:
             # report_type 'real': the 100 Hz joint stream; forbid_uds: never a local socket file.
@@ -488,9 +488,9 @@ class XArmHardware(Hardware):
 
     def _check_link(self, what: str) -> _Report:
         if self._api is None:
-            raise HardwareError(f"xarm: {what} needs a connection; call connect() first")
+            raise HardwareError(f"xarm: {what} needs a connection; connect first (on_configure)")
         if self._link_lost:
-            raise LinkLost(f"xarm: {self._link_lost}; connect() again")
+            raise LinkLost(f"xarm: {self._link_lost}; connect again (on_configure)")
         if not self._api.connected:
             self._lose_link(f"the controller at {self.config.ip} closed the connection")
         # A stall of this host's own (the caller not looking for a while) does not count as silence.
@@ -608,6 +608,3 @@ class _Handshake:
             if self.api is not None:
                 self.api.disconnect()
                 self.api = None
-
-
-HARDWARE = XArmHardware

@@ -1,7 +1,9 @@
 """driver_node: one robot behind the identical interface, whatever the backend.
 
 `backend: sim` is the MuJoCo twin; `franka`, `xarm`, `flexiv`, `rby1`, `aloha` drive real arms
-through their vendor SDKs. The ROS side is this one file for all of them.
+through their vendor SDKs. The ROS side is this one file for all of them: the driver itself is
+hardware.driver.Driver; this node turns parameters into one, topics and services into its
+methods, and publishes its state, cameras and diagnostics.
 
 Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   robot            registered robot name (required)
@@ -24,11 +26,9 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 
-import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseArray
 from rclpy.node import Node
@@ -42,20 +42,15 @@ from r2s2r.contract import CommandError, Services, Topics
 from r2s2r.contract import convert, qos
 from r2s2r.contract.frames import WORLD, camera_optical_frame
 from r2s2r.hardware.backends import backend_names, load_backend
-from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
-from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.driver import ERROR, OK, WARN, Driver
 from r2s2r.hardware.safety import SafetyLimits
 from r2s2r.hardware.sim import SimHardware
-from r2s2r.nodes.runtime import run
+from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.robots import get_robot
 from r2s2r.sim.collision import DEFAULT_MARGIN_M
 from r2s2r.sim.scene import Scene, load_scene
 
-# A trajectory stamped further ahead than this is almost surely on another clock (use_sim_time).
-MAX_FUTURE_STAMP_S = 10.0
-# Moves the driver plans itself (~/home) use this fraction of the velocity limits.
-HOMING_SPEED = 0.3
-RECONNECT_BACKOFF_S = (0.1, 2.0)  # first retry, longest wait between retries
+LEVELS = {OK: convert.OK, WARN: convert.WARN, ERROR: convert.ERROR}
 
 DEFAULTS = {
     "robot": "", "backend": "sim", "scene": "", "seed": 0, "control_rate_hz": 0.0, "state_rate_hz": 0.0,
@@ -64,17 +59,19 @@ DEFAULTS = {
 }
 
 
-# Numeric parameters: (lowest, highest, what is expected); POSITIVE ones may not be 0 either.
+# Numeric parameters: (lowest, highest, what is expected); POSITIVE ones may not be 0, RATES may be
+# 0 (the default) or within their range.
 RANGES = {
-    "control_rate_hz": (0.0, 10000.0, "0 (the robot's own rate) or a rate up to 10 kHz"),
-    "state_rate_hz": (0.0, 10000.0, "0 (the robot's own rate) or a rate up to 10 kHz"),
-    "camera_rate_hz": (0.0, 1000.0, "0 (no twin cameras) or a rate up to 1 kHz"),
+    "control_rate_hz": (1.0, 10000.0, "0 (the robot's own rate) or a rate from 1 Hz to 10 kHz"),
+    "state_rate_hz": (1.0, 10000.0, "0 (the robot's own rate) or a rate from 1 Hz to 10 kHz"),
+    "camera_rate_hz": (0.1, 1000.0, "0 (no twin cameras) or a rate from 0.1 Hz to 1 kHz"),
     "real_time_factor": (0.0, 1000.0, "0 (as fast as the CPU allows) or a factor of the wall clock up to 1000"),
     "watchdog_s": (0.0, 60.0, "a positive time up to 60 s"),
     "velocity_scale": (0.0, 1.0, "a share of the datasheet velocities in (0, 1]"),
     "seed": (0, 2**32 - 1, "an integer from 0 to 2^32 - 1"),
 }
-POSITIVE = {"watchdog_s", "velocity_scale"}
+POSITIVE = ("watchdog_s", "velocity_scale")
+RATES = ("control_rate_hz", "state_rate_hz", "camera_rate_hz")
 
 
 class DriverNode(Node):
@@ -86,7 +83,7 @@ class DriverNode(Node):
         for name, default in DEFAULTS.items():
             if not self.has_parameter(name):
                 self.declare_parameter(name, default)
-        self._check_ranges()
+        check_ranges(self, RANGES, positive=POSITIVE, or_zero=RATES)
         robot_name = self._param("robot")
         if not robot_name:
             raise ValueError("parameter 'robot' is required: one of the registered robots")
@@ -98,47 +95,38 @@ class DriverNode(Node):
         if scene.robot != self.robot.name:
             raise ValueError(f"scene {scene.source} is for robot {scene.robot!r}, but parameter 'robot' is "
                              f"{self.robot.name!r}")
-        self.cell = scene  # what the collision check models, on every backend
-        self.collision_margin = self._param("collision_margin_m")
-        if not self.collision_margin > 0:
-            raise ValueError(f"parameter 'collision_margin_m' is {self.collision_margin}; expected a positive "
+        collision_margin = self._param("collision_margin_m")
+        if not collision_margin > 0:
+            raise ValueError(f"parameter 'collision_margin_m' is {collision_margin}; expected a positive "
                              "distance in metres")
         if self.backend == "sim":
-            self.hardware = SimHardware(scene, seed=self._param("seed"))
+            hardware = SimHardware(scene, seed=self._param("seed"))
         else:
             if self.backend not in backend_names():
                 raise ValueError(f"parameter 'backend' is {self.backend!r}; expected one of "
                                  f"{', '.join(backend_names())}")
             prefix = f"{self.backend}."
             settings = {name[len(prefix):]: p.value for name, p in self._parameters.items() if name.startswith(prefix)}
-            self.hardware = load_backend(self.backend)(self.robot, settings)
-        self.simulated = isinstance(self.hardware, SimHardware)
-        self.limits = SafetyLimits.of(self.robot, velocity_scale=self._param("velocity_scale"),
-                                      watchdog_s=self._param("watchdog_s"))
-        self.control_rate = self._param("control_rate_hz") or self.robot.control_rate_hz
-        required = self.hardware.required_control_rate_hz
-        if required is not None and abs(self.control_rate - required) > 1e-6:
-            raise ValueError(f"parameter 'control_rate_hz' is {self.control_rate:g}; backend {self.backend} "
-                             f"plays one setpoint per robot cycle and needs {required:g}")
+            hardware = load_backend(self.backend)(self.robot, settings)
+        limits = SafetyLimits.of(self.robot, velocity_scale=self._param("velocity_scale"),
+                                 watchdog_s=self._param("watchdog_s"))
+        try:
+            self.driver = Driver(hardware, control_rate_hz=self._param("control_rate_hz") or None, limits=limits,
+                                 cell=scene, collision_margin=collision_margin, log=_RosLog(self.get_logger()))
+        except ValueError as error:
+            raise ValueError(f"parameter 'control_rate_hz': {error}") from None
+        self.hardware = hardware
+        self.simulated = hardware.simulated
         self.state_rate = self._param("state_rate_hz") or self.robot.state_rate_hz
         self.real_time_factor = self._param("real_time_factor")
-        self.loop: ControlLoop | None = None
-        self._link_fault = ""
-        self._fault = ""
-        self._estopped = False
-        self._estop_time = float("nan")  # robot time the estop latched
-        self._enabled = True
-        self._lock = threading.Lock()  # serialises the control loop with the services
         self._rtf = 0.0
-        self._link_losses = 0
-        self._periods = collections.deque(maxlen=2000)  # real hardware: control-cycle periods, seconds
-        self._last_cycle_start = None
-        self._next_cycle = None  # real hardware: when the next control cycle is due (host clock)
-        self._periods_lock = threading.Lock()
+        self._renderer = None
 
         self.pub_joints = self.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
         self.pub_diag = self.create_publisher(DiagnosticArray, Topics.DIAGNOSTICS, qos.DIAGNOSTICS)
-        self._connect_first()
+        self.driver.start()
+        if self.driver.link_fault:
+            self._publish_diagnostics()
         self.camera_names = self._camera_names() if self.simulated else ()
         if self.simulated:
             self.pub_clock = self.create_publisher(Clock, Topics.CLOCK, qos.CLOCK)
@@ -161,25 +149,23 @@ class DriverNode(Node):
         self.create_service(Trigger, Services.HOME, self._on_home)
         self.create_service(SetBool, Services.ENABLE, self._on_enable)
 
-        self._running = True
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run_loop, name="control-loop", daemon=True)
         self._thread.start()
         self.get_logger().info(
             f"{self.robot.name} on backend {self.backend}: groups {', '.join(self.robot.group_names)}, "
             f"grippers {', '.join(g.name for g in self.robot.grippers) or 'none'}, cameras "
-            f"{', '.join(self.camera_names) or 'none'}; control {self.control_rate:g} Hz, state {self.state_rate:g} Hz")
+            f"{', '.join(self.camera_names) or 'none'}; control {self.driver.control_rate:g} Hz, "
+            f"state {self.state_rate:g} Hz")
+
+    @property
+    def loop(self):
+        """The driver's control loop (None while a real robot has not been reached)."""
+        return self.driver.loop
 
     def _param(self, name):
         value = self.get_parameter(name).value
         return DEFAULTS[name] if value is None else value
-
-    def _check_ranges(self) -> None:
-        """Every numeric parameter within its range, or the node does not start (and says which)."""
-        for name, (low, high, meaning) in RANGES.items():
-            value = self._param(name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
-                    or (name in POSITIVE and value == 0):
-                raise ValueError(f"parameter {name!r} is {value!r}; expected {meaning}")
 
     def _camera_names(self) -> tuple[str, ...]:
         twin = self.hardware.twin
@@ -192,213 +178,89 @@ class DriverNode(Node):
             return ()
         return tuple(wanted) if wanted else twin.camera_names
 
-    # -- connection ------------------------------------------------------------------------------
-    def _connect_first(self) -> None:
-        """The twin always connects; a real robot that is not there yet is retried by the loop."""
-        try:
-            self._connect()
-        except HardwareError as error:
-            if self.simulated:
-                raise
-            self._link_fault = f"not connected: {error}"
-            self.get_logger().error(f"{self.backend}: {self._link_fault}; retrying")
-            self._publish_diagnostics()
-
-    def _connect(self) -> None:
-        self.hardware.connect()
-        self.hardware.activate()
-        if self.loop is None:
-            self.loop = ControlLoop(self.hardware, self.control_rate, self.limits, cell=self.cell,
-                                    collision_margin=self.collision_margin)
-            if self._estopped:  # latched while the robot could not be reached
-                self.loop.estop()
-        else:
-            self.loop.hold_here()  # commands received while the link was down are dropped
-        self._link_fault = ""
-
-    def _on_hardware_fault(self, error: Exception) -> None:
-        self._link_losses += 1
-        self._last_cycle_start = None  # the gap until reconnection is not a cycle period
-        self._next_cycle = None
-        self._link_fault = f"link lost: {error}" if isinstance(error, LinkLost) else f"fault: {error}"
-        self.hardware.state = Lifecycle.ERROR
-        self.get_logger().error(f"{self.backend}: {self._link_fault}; holding, reconnecting")
-        self._publish_diagnostics()
-        try:
-            self.hardware.disconnect()
-        except Exception as exc:  # the link is already gone; closing it may complain
-            self.get_logger().debug(f"disconnect after link loss: {exc}")
-
-    # -- command callbacks: bad input is reported, never raised into the executor ----------------
+    # -- topics and services onto the driver: bad input is reported, never raised into the executor --
     def _report(self, error: Exception) -> None:
         self.get_logger().error(f"rejected: {error}")
         self._publish_diagnostics()
 
-    def _accepting(self, what: str) -> bool:
-        reason = None
-        if self.loop is None or self._link_fault:
-            reason = f"the robot is not connected ({self._link_fault})"
-        elif self._estopped:
-            reason = "estop is latched (clear it with ~/enable)"
-        elif not self._enabled:
-            reason = "output is disabled (~/enable)"
-        if reason is not None:
-            error = CommandError(f"{what}: dropped, {reason}")
-            if self.loop is not None:  # a robot unreachable since start-up has no loop yet
-                self.loop.controller.stats.rejected["not_accepting"] += 1
-                self.loop.controller.stats.last_error = str(error)
-            self._report(error)
-            return False
-        return True
-
     def _on_positions(self, group: str, msg: Float64MultiArray) -> None:
-        if self._accepting(Topics.position_commands(group)):
-            try:
-                self.loop.controller.command_positions(group, convert.float_array(msg), self.hardware.now)
-            except CommandError as error:
-                self._report(error)
+        try:
+            self.driver.command_positions(group, convert.float_array(msg), what=Topics.position_commands(group))
+        except CommandError as error:
+            self._report(error)
 
     def _on_trajectory(self, group: str, msg: JointTrajectory) -> None:
-        if not self._accepting(Topics.joint_trajectory(group)):
-            return
+        what = Topics.joint_trajectory(group)
         try:
+            self.driver.accepting(what)  # a refusal says why before the message is looked at
             names, stamp, times, pos, vel, acc = convert.trajectory_arrays(msg)
-            now = self.hardware.now
-            if stamp > now + MAX_FUTURE_STAMP_S:
-                raise CommandError(f"{Topics.joint_trajectory(group)}: header.stamp {stamp:.3f} s is "
-                                   f"{stamp - now:.1f} s ahead of the robot clock ({now:.3f} s); expected 0 "
-                                   "(start now) or a time on the robot's clock (use_sim_time for the twin)")
-            self.loop.controller.command_trajectory(group, names, stamp, times, pos, vel, acc, now)
+            self.driver.command_trajectory(group, names, stamp, times, pos, vel, acc, what=what)
         except CommandError as error:
             self._report(error)
 
     def _on_gripper(self, gripper: str, msg: Float64MultiArray) -> None:
-        if self._accepting(Topics.gripper_commands(gripper)):
-            try:
-                self.loop.controller.command_gripper(gripper, convert.float_array(msg), self.hardware.now)
-            except CommandError as error:
-                self._report(error)
+        try:
+            self.driver.command_gripper(gripper, convert.float_array(msg), what=Topics.gripper_commands(gripper))
+        except CommandError as error:
+            self._report(error)
 
     def _on_estop(self, msg: Bool) -> None:
-        if msg.data and not self._estopped:
-            self._estopped = True
-            self._estop_time = self.hardware.now
-            if self.loop is not None:
-                self.loop.estop()
-            self.get_logger().warning("estop: braking to a stop and holding until ~/enable is called with true")
+        if msg.data and self.driver.estop():
             self._publish_diagnostics()
 
     def _on_enable(self, request: SetBool.Request, response: SetBool.Response):
-        if self.loop is None or self._link_fault:
-            response.success = False
-            response.message = f"the robot is not connected ({self._link_fault})"
-            return response
-        with self._lock:
-            try:
-                if request.data:
-                    self.hardware.activate()
-                    self.loop.enable()  # brakes to a stop where it is, then takes commands
-                    self._estopped = False
-                else:
-                    self.loop.controller.brake()
-                self._enabled = bool(request.data)
-                response.success = True
-                response.message = "enabled" if request.data else "disabled: braking and holding"
-            except HardwareError as error:
-                response.success = False
-                response.message = str(error)
+        response.success, response.message = self.driver.enable(bool(request.data))
         self._publish_diagnostics()
         return response
 
     def _on_reset(self, request, response: Trigger.Response):
-        if self.loop is None or self._link_fault:
-            response.success, response.message = False, f"the robot is not connected ({self._link_fault})"
-            return response
-        if not self.simulated:  # a real robot is never teleported: clear faults, then drive home
-            try:
-                with self._lock:
-                    self.hardware.reset()
-                    self.loop.hold_here()  # from where it stands, not from a setpoint before the fault
-            except HardwareError as error:
-                response.success, response.message = False, str(error)
-                return response
-            return self._on_home(request, response)
-        with self._lock:
-            self.hardware.reset()
-            self.loop.hold_here()
-        response.success = True
-        response.message = f"scene reset at t={self.hardware.now:.3f} s"
+        response.success, response.message = self.driver.reset()
         return response
 
     def _on_home(self, request, response: Trigger.Response):
-        if not self._accepting("~/home"):
-            response.success, response.message = False, "not accepting commands (see diagnostics)"
-            return response
-        try:
-            current = self.loop.positions()
-            for group in self.robot.groups:
-                index = [self.robot.joint_names.index(j) for j in group.joints]
-                home = np.array([self.robot.home[j] for j in group.joints])
-                duration = max(float(np.max(np.abs(home - current[index]) /
-                                            (HOMING_SPEED * self.limits.velocity[index]))), 0.5)
-                self.loop.controller.command_trajectory(group.name, group.joints, 0.0, [duration], [home],
-                                                        None, None, self.hardware.now)
-            response.success = True
-            response.message = "moving home"
-        except (CommandError, HardwareError) as error:
-            response.success = False
-            response.message = str(error)
+        response.success, response.message = self.driver.home()
+        if not response.success:
+            self._report(CommandError(response.message))
         return response
 
     # -- the loop thread ----------------------------------------------------------------------------
     def _run_loop(self) -> None:
-        renderer = None
+        driver = self.driver
         tick = 1.0 / self.state_rate
         next_diag = 0.0
-        backoff = RECONNECT_BACKOFF_S[0]
         try:
             if self.camera_names:
                 from r2s2r.sim.render import BackgroundRenderer
-                renderer = self._renderer = BackgroundRenderer(self.hardware.twin, self.camera_names,
-                                                               self.pub_depths, self._publish_images)
+                self._renderer = BackgroundRenderer(self.hardware.twin, self.camera_names, self.pub_depths,
+                                                    self._publish_images)
             camera_period = 1.0 / self._param("camera_rate_hz") if self.camera_names else float("inf")
             next_camera = self.hardware.now if self.simulated else 0.0
             wall0, clock0 = time.monotonic(), self.hardware.now if self.simulated else 0.0
             rtf_window = (wall0, clock0)
-            while self._running and self.context.ok():
-                if self._link_fault:  # not connected: retry with backoff, publish the fault
-                    time.sleep(backoff)
-                    try:
-                        with self._lock:
-                            self._connect()
-                        backoff = RECONNECT_BACKOFF_S[0]
-                        self.get_logger().info(f"{self.backend}: connected; holding the measured position")
+            while not self._stopping.is_set() and self.context.ok():
+                if not driver.connected:  # retry with backoff, publish the fault once a second
+                    self._stopping.wait(driver.retry_in)
+                    if driver.reconnect() or time.monotonic() >= next_diag:
+                        next_diag = time.monotonic() + 1.0
                         self._publish_diagnostics()
-                    except HardwareError as error:
-                        backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
-                        self._link_fault = f"not connected: {error}"
-                        if time.monotonic() >= next_diag:
-                            next_diag = time.monotonic() + 1.0
-                            self._publish_diagnostics()
                     continue
                 poses = []
-                try:
-                    if self.simulated:
-                        with self._lock:
-                            self.loop.run_until(self.hardware.now + tick)
-                            now = self.hardware.now
-                            sample = self.loop.sample()
+                if self.simulated:
+                    with driver.lock:  # the twin's state between the cycles and the frame handed over
+                        sample = driver.tick(tick)
+                        now = self.hardware.now
+                        if sample is not None and self._renderer is not None:
                             if now + camera_period < next_camera:  # the scene was reset: time restarted
                                 next_camera = now
-                            if renderer is not None and now >= next_camera:
+                            if now >= next_camera:
                                 next_camera = max(next_camera + camera_period, now)
-                                renderer.offer()  # rendered and published on the render thread
+                                self._renderer.offer()  # rendered and published on the render thread
                                 poses = list(self.hardware.twin.object_poses().values())
-                    else:
-                        sample = self._run_real_cycles(tick)
-                        now = self.hardware.now
-                except HardwareError as error:  # LinkLost, or a fault the backend cannot ride out
-                    self._on_hardware_fault(error)
+                else:  # cycles paced by the host clock; the lock is taken for each cycle alone
+                    sample = driver.tick(tick)
+                    now = self.hardware.now
+                if sample is None:  # the link was just lost
+                    self._publish_diagnostics()
                     continue
                 if self.simulated:
                     self.pub_clock.publish(convert.clock_msg(now))
@@ -421,35 +283,12 @@ class DriverNode(Node):
         except Exception as exc:  # the driver itself failed: say so and stop commanding
             if not self.context.ok():
                 return  # shutting down: the publishers are gone, nothing failed
-            self._fault = f"{type(exc).__name__}: {exc}"
-            self.get_logger().error(f"control loop stopped: {self._fault}")
+            driver.fault = f"{type(exc).__name__}: {exc}"
+            self.get_logger().error(f"control loop stopped: {driver.fault}")
             self._publish_diagnostics()
         finally:
-            if renderer is not None:
-                renderer.close()
-
-    def _run_real_cycles(self, tick: float):
-        """Control cycles at the control rate for one state tick, on a schedule of the host clock
-        that carries over from tick to tick (a late cycle is caught up once, never in a burst)."""
-        dt = 1.0 / self.control_rate
-        if self._next_cycle is None:
-            self._next_cycle = time.monotonic()
-        end = self._next_cycle + tick
-        while self._next_cycle < end - 1e-9:
-            now = time.monotonic()
-            if self._next_cycle > now:
-                time.sleep(self._next_cycle - now)
-            elif now - self._next_cycle > 10 * dt:  # late by many cycles: resynchronise
-                self._next_cycle = end = now
-            start = time.monotonic()
-            if self._last_cycle_start is not None:
-                with self._periods_lock:
-                    self._periods.append(start - self._last_cycle_start)
-            self._last_cycle_start = start
-            with self._lock:
-                self.loop.cycle()
-            self._next_cycle += dt
-        return self.loop.last_sample
+            if self._renderer is not None:
+                self._renderer.close()
 
     def _publish_images(self, now: float, images) -> None:
         """Frames of the twin's state at `now` (its sim time: the capture time)."""
@@ -472,63 +311,47 @@ class DriverNode(Node):
     def _publish_diagnostics(self) -> None:
         if not self.context.ok():
             return
-        level, message = convert.OK, "running"
-        stats = self.loop.controller.stats if self.loop is not None else None
-        if self._fault:
-            level, message = convert.ERROR, f"fault: {self._fault}"
-        elif self._link_fault:
-            level, message = convert.ERROR, self._link_fault
-        elif self._estopped:
-            level, message = convert.WARN, "estop latched: holding position"
-        elif not self._enabled:
-            level, message = convert.WARN, "disabled: holding position"
-        elif stats is not None and stats.last_error:
-            level, message = convert.WARN, f"last command rejected: {stats.last_error}"
-        elif stats is not None and stats.last_stop_short:
-            level, message = convert.WARN, f"last motion stopped short: {stats.last_stop_short}"
-        values = {"robot": self.robot.name, **self.hardware.describe(),
-                  "mode": "estop" if self._estopped else ("enabled" if self._enabled else "disabled"),
-                  "estop_latched_at": f"{self._estop_time:.6f}" if self._estopped else "",
-                  "link": "lost" if self._link_fault else "up", "link_losses": self._link_losses,
-                  "time": f"{self.hardware.now:.3f}", "real_time_factor": f"{self._rtf:.3f}"}
-        renderer = getattr(self, "_renderer", None)
-        if renderer is not None:  # frames the cameras could not keep up with, and why one failed
-            values["camera_frames_skipped"] = renderer.skipped
-            if renderer.error:
-                values["camera_error"] = renderer.error
-        if stats is not None:
-            safety = self.loop.safety.report()
-            values.update({
-                "commands_accepted": sum(stats.accepted.values()), "commands_rejected": sum(stats.rejected.values()),
-                "last_rejection": stats.last_error, "watchdog_stops": stats.watchdog_stops,
-                "stopped_short": stats.stopped_short, "last_stop_short": stats.last_stop_short,
-                "last_command_at": f"{stats.last_accepted_time:.6f}",
-                "safety_interventions": sum(safety.values()),
-                "active_trajectories": ",".join(self.loop.controller.active_trajectories()),
-            })
-            values.update({f"rejected.{k}": v for k, v in stats.rejected.items()})
-            with self._periods_lock:
-                periods = np.array(self._periods) * 1e6
-            if periods.size:  # how steadily the control loop runs on this host
-                values.update({"cycle_period_us.p50": f"{np.percentile(periods, 50):.0f}",
-                               "cycle_period_us.p99": f"{np.percentile(periods, 99):.0f}",
-                               "cycle_period_us.max": f"{periods.max():.0f}"})
-            values.update({f"safety.{k}": v for k, v in safety.items()})
-        status = convert.diagnostic_status(f"r2s2r/driver/{self.robot.name}", self.backend, level, message, values)
+        extra = {"real_time_factor": f"{self._rtf:.3f}"}
+        if self._renderer is not None:  # frames the cameras could not keep up with, and why one failed
+            extra["camera_frames_skipped"] = self._renderer.skipped
+            if self._renderer.error:
+                extra["camera_error"] = self._renderer.error
+        snap = self.driver.snapshot(extra)
+        status = convert.diagnostic_status(f"r2s2r/driver/{self.robot.name}", self.backend, LEVELS[snap.level],
+                                           snap.message, snap.values)
         try:
-            self.pub_diag.publish(convert.diagnostic_array([status], self.hardware.now))
+            self.pub_diag.publish(convert.diagnostic_array([status], snap.time))
         except Exception:  # the context went away between the check and the publish
             if self.context.ok():
                 raise
 
     def close(self) -> None:
-        self._running = False
+        self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)
         try:
-            self.hardware.disconnect()
+            self.driver.shutdown()
         except Exception as exc:
             self.get_logger().warning(f"disconnect: {exc}")
+
+
+class _RosLog:
+    """The driver core's log lines onto the node's logger (rclpy's takes one string)."""
+
+    def __init__(self, logger):
+        self._logger = logger
+
+    def debug(self, message: str) -> None:
+        self._logger.debug(message)
+
+    def info(self, message: str) -> None:
+        self._logger.info(message)
+
+    def warning(self, message: str) -> None:
+        self._logger.warning(message)
+
+    def error(self, message: str) -> None:
+        self._logger.error(message)
 
 
 def main(args=None) -> int:

@@ -92,7 +92,7 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
             params.append(Parameter("control_rate_hz", value=spec.control_rate_hz))
         driver = DriverNode(scene=task.scene(values), context=context, parameter_overrides=params)
         twin = driver.hardware.twin
-        lock = driver._lock  # the driver's own: its loop steps the twin only while holding it
+        lock = driver.driver.lock  # the driver core's: its loop steps the twin only while holding it
         with lock:
             twin.reset(spec.seed)
             task.start(twin)

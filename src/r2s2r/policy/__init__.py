@@ -14,11 +14,11 @@ from r2s2r.policy.loader import PolicyConfig, load_policy, read_policy_config
 from r2s2r.policy.normalize import FeatureStats, Normalizer
 from r2s2r.policy.observation import JointLayout, ObservationAssembler
 from r2s2r.policy.runtime import Command, PolicyRuntime, RuntimeConfig, RuntimeStats
-from r2s2r.policy.scripted import SCRIPTED, scripted_policy
+from r2s2r.policy.scripted import scripted_factory
 from r2s2r.policy.types import (ActionChunk, ActionSpace, DeadlineMiss, Observation, ObservationSpace, Policy,
                                 PolicyError, PolicyMetadata)
 
 __all__ = ["ActionChunk", "ActionSpace", "Command", "DeadlineMiss", "FeatureStats", "JointLayout", "Normalizer",
            "Observation", "ObservationAssembler", "ObservationSpace", "Policy", "PolicyConfig", "PolicyError",
-           "PolicyMetadata", "PolicyRuntime", "RuntimeConfig", "RuntimeStats", "SCRIPTED", "load_policy",
-           "read_policy_config", "scripted_policy"]
+           "PolicyMetadata", "PolicyRuntime", "RuntimeConfig", "RuntimeStats", "load_policy",
+           "read_policy_config", "scripted_factory"]

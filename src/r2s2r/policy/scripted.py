@@ -1,14 +1,14 @@
 """Scripted policies written in Python, chosen by `scripted:NAME`.
 
-Register one with the decorator; the factory gets the policy's parameters (a config Section)
-and the default metadata (the robot's layout, where the caller knows the robot):
+A scripted policy is a factory that gets the policy's parameters (a config Section) and the
+default metadata (the robot's layout, where the caller knows the robot):
 
-    @scripted_policy("wave")
     def make_wave(params: Section, defaults: PolicyMetadata | None) -> Policy: ...
 
-A policy registered in a module r2s2r does not import is reached as
-`scripted:package.module:NAME`; the module is imported and must register NAME. The task
-experts (`scripted:franka_block_in_bowl`, ...) live in r2s2r.skills.experts, imported on demand.
+registered as an `r2s2r.scripted_policies` plug-in (r2s2r.plugins: `wave =
+"my_lab.policies:make_wave"` in the package's entry points), or reached without registering
+as `scripted:package.module:make_wave`. r2s2r registers `hold`, `goto` and the task experts
+(`scripted:franka_block_in_bowl`, ...; in r2s2r.skills.experts).
 """
 
 from __future__ import annotations
@@ -18,53 +18,37 @@ from typing import Callable
 
 import numpy as np
 
+from r2s2r import plugins
 from r2s2r.config import Section
 from r2s2r.policy.types import (ActionChunk, ActionSpace, Observation, ObservationSpace, Policy, PolicyError,
                                 PolicyMetadata)
 
 ScriptedFactory = Callable[[Section, "PolicyMetadata | None"], Policy]
-SCRIPTED: dict[str, ScriptedFactory] = {}
 
 DEFAULT_RATE_HZ = 10.0
 DEFAULT_CHUNK = 10
 
 
-def scripted_policy(name: str):
-    """Register a factory under `name`; two policies with one name is an error."""
-    def register(factory: ScriptedFactory) -> ScriptedFactory:
-        if name in SCRIPTED and SCRIPTED[name] is not factory:
-            raise ValueError(f"scripted policy {name!r} is already registered by {SCRIPTED[name].__module__}")
-        SCRIPTED[name] = factory
-        return factory
-    return register
-
-
-# Modules of lower layers that register scripted policies (the evaluation tasks' experts):
-# imported on the first name the registry does not know, so `scripted:<task>` just works.
-PROVIDERS = ("r2s2r.skills.experts",)
-
-
-def _import_providers() -> None:
-    for module in PROVIDERS:
-        importlib.import_module(module)
+def scripted_factory(name: str) -> ScriptedFactory:
+    """The factory `name` names: a registered plug-in, or `package.module:ATTRIBUTE`."""
+    if ":" not in name:
+        try:
+            return plugins.load("scripted_policies", name)
+        except plugins.PluginError as error:
+            raise PolicyError(f"{error} (or scripted:package.module:FACTORY)") from None
+    module_name, _, attribute = name.rpartition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PolicyError(f"scripted:{name}: module {module_name!r} cannot be imported ({exc})") from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise PolicyError(f"scripted:{name}: module {module_name} defines no scripted policy factory {attribute!r}")
+    return factory
 
 
 def make_scripted(name: str, params: Section, defaults: PolicyMetadata | None = None) -> Policy:
-    if name not in SCRIPTED and ":" not in name:
-        _import_providers()
-    if name not in SCRIPTED and ":" in name:
-        module, _, short = name.rpartition(":")
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise PolicyError(f"scripted:{name}: module {module!r} cannot be imported ({exc})") from None
-        if short not in SCRIPTED:
-            raise PolicyError(f"scripted:{name}: module {module} registers no scripted policy {short!r}")
-        name = short
-    if name not in SCRIPTED:
-        raise PolicyError(f"unknown scripted policy {name!r}; registered: {', '.join(sorted(SCRIPTED))} "
-                          "(or scripted:package.module:NAME)")
-    return SCRIPTED[name](params, defaults)
+    return scripted_factory(name)(params, defaults)
 
 
 def _timing(params: Section, defaults: PolicyMetadata | None) -> tuple[float, int]:
@@ -95,7 +79,6 @@ class HoldPolicy:
                                self.metadata.dt)
 
 
-@scripted_policy("hold")
 def make_hold(params: Section, defaults: PolicyMetadata | None) -> Policy:
     params.reject_unknown({"control_rate_hz", "chunk_length"})
     if defaults is None:
@@ -133,7 +116,6 @@ class GotoPolicy:
                                       self.metadata.dt)
 
 
-@scripted_policy("goto")
 def make_goto(params: Section, defaults: PolicyMetadata | None) -> Policy:
     params.reject_unknown({"goal", "gripper", "max_speed", "max_gripper_speed", "control_rate_hz", "chunk_length"})
     goal_sec = params.section("goal", {})

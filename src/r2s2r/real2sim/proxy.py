@@ -1,7 +1,7 @@
 """A proxy-real cell: a twin whose parameters are hidden from the pipeline, recorded as a real cell is.
 
 The pipeline is meant to see a real robot only through its bags and its camera calibration.
-This cell is built from r2s2r's own pieces (SimHardware, ControlLoop) with everything a real
+This cell is built from r2s2r's own pieces (SimHardware, the driver core) with everything a real
 cell would differ in changed after compile: joint damping, armature, friction loss, actuator
 gains, object masses and friction (`hidden`, in `real2sim.params` names), a command latency
 (a delay buffer between a command's issue and the controller), joint sensor noise, depth noise,
@@ -27,7 +27,7 @@ from r2s2r.camera.geometry import MUJOCO_TO_OPTICAL, matrix_to_quat, quat_to_mat
 from r2s2r.camera.info import CameraCalibration
 from r2s2r.contract.types import JointSample
 from r2s2r.data.episode import EpisodeWriter
-from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.driver import Driver, send_script_command
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.real2sim.markers import Marker, add_markers
 from r2s2r.real2sim.params import TwinParameters
@@ -110,16 +110,16 @@ class ProxyCell:
         Cameras record RGB (and depth) at `frame_rate_hz` from the start; `calibration_frames`
         frames are taken before the first command, while the scene is at rest."""
         rng = np.random.default_rng(self.seed if seed is None else seed)
-        hw = SimHardware.from_twin(Twin(self.scene, seed=self.seed, spec=self._spec()), seed=self.seed)
-        hw.connect()
-        twin = hw.twin
+        twin = Twin(self.scene, seed=self.seed, spec=self._spec())
         params = TwinParameters(twin.model, twin.robot, self.scene.objects)
         params.prepare(twin.model)
         params.apply(twin.model, self.hidden.values)
         self._offset_cameras(twin)
         twin.reset()
         twin.set_command_latency(float(self.hidden.values.get("latency_s", 0.0)))  # hidden, like the rest
-        loop = ControlLoop(hw)
+        driver = Driver(SimHardware.from_twin(twin, reset=False))  # the cell as set up above
+        driver.start()
+        loop = driver.loop
         robot = twin.robot
         state_every = max(1, int(round(loop.rate_hz / robot.state_rate_hz)))
         frame_every = max(1, int(round(loop.rate_hz / frame_rate_hz))) if cameras else 0
@@ -145,10 +145,9 @@ class ProxyCell:
                         stamp = RECORDER_CLOCK_S + now
                         if c.kind == "positions":
                             bag.positions(c.target, c.values, stamp)
-                            loop.controller.command_positions(c.target, c.values, now)
                         else:
                             bag.gripper(c.target, c.values[0], stamp)
-                            loop.controller.command_gripper(c.target, c.values, now)
+                        send_script_command(driver, c)
                     if cycle % state_every == 0:
                         bag.joint_sample(self._noisy(twin.joint_sample(), rng), RECORDER_CLOCK_S + now + STATE_TRANSPORT_S)
                     if frame_every and cycle % frame_every == 0:

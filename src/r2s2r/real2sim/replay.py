@@ -25,7 +25,7 @@ import numpy as np
 from r2s2r.contract.types import CommandError, JointCommand, JointSample
 from r2s2r.data.episode import Episode
 from r2s2r.hardware.base import Hardware
-from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.driver import Driver, send_script_command
 from r2s2r.real2sim.params import TwinParameters
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.servo import interpolated, twin_command_limits
@@ -49,10 +49,10 @@ class _SetpointRecorder(Hardware):
         self.grippers: list[np.ndarray] = []
         self._current = (sample.positions_of(robot.joint_names), np.zeros(len(robot.grippers)))
 
-    def connect(self) -> None:
+    def on_configure(self) -> None:
         pass
 
-    def disconnect(self) -> None:
+    def on_cleanup(self) -> None:
         pass
 
     def reset(self) -> None:
@@ -131,8 +131,9 @@ def setpoints(episode: Episode, twin: Twin, duration: float | None = None,
     driver (its limits, one row per physics step of its timestep)."""
     robot = episode.robot
     recorder = _SetpointRecorder(robot, initial_sample(episode), twin.timestep, twin.model)
-    loop = ControlLoop(recorder, control_rate_hz)
-    loop.controller.hold_grippers(gripper_openings_at(episode))
+    driver = Driver(recorder, control_rate_hz=control_rate_hz)  # the robot's driver, minus the robot
+    driver.start()
+    driver.loop.controller.hold_grippers(gripper_openings_at(episode))
     end = episode.duration if duration is None else duration
     commands = list(episode.commands)
     rejected: dict[str, int] = {}
@@ -143,16 +144,10 @@ def setpoints(episode: Episode, twin: Twin, duration: float | None = None,
             c = commands[i]
             i += 1
             try:
-                if c.kind == "positions":
-                    loop.controller.command_positions(c.target, c.values, now)
-                elif c.kind == "gripper":
-                    loop.controller.command_gripper(c.target, c.values, now)
-                else:
-                    loop.controller.command_trajectory(c.target, c.names, c.start or 0.0, c.times, c.values,
-                                                       c.velocities, None, now)
+                send_script_command(driver, c)
             except CommandError:  # the robot's driver refused it too; replay does what it did
                 rejected[c.kind] = rejected.get(c.kind, 0) + 1
-        loop.cycle()
+        driver.loop.cycle()
     arm = np.array(recorder.arm)
     grippers = np.array(recorder.grippers).reshape(len(arm), len(robot.grippers))
     return Setpoints(twin.timestep, arm, grippers, rejected)

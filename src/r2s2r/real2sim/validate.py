@@ -23,8 +23,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.contract.types import CommandError
-from r2s2r.hardware.base import Lifecycle
-from r2s2r.hardware.loop import ControlLoop
+from r2s2r.hardware.driver import Driver, send_script_command
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.real2sim.params import OBJECT_PRIORITY
 from r2s2r.sim.scene import Scene
@@ -96,10 +95,9 @@ def validate(scene: Scene, grasp: bool = True) -> Validation:
                                      else f"deepest overlap {worst * 1000:.1f} mm"))
     # Settle with the arm holding home.
     start = twin.object_poses()
-    hw = SimHardware(scene)
-    hw.twin, hw.state = twin, Lifecycle.INACTIVE
-    loop = ControlLoop(hw)
-    loop.run_until(twin.time + SETTLE_S)
+    driver = Driver(SimHardware.from_twin(twin, reset=False))  # the scene as placed, the arm holding home
+    driver.start()
+    driver.step(twin.time + SETTLE_S)
     after = twin.object_poses()
     support_z = scene.table.height if scene.table is not None else 0.0
     for obj in movable:
@@ -120,7 +118,7 @@ def validate(scene: Scene, grasp: bool = True) -> Validation:
         settled = twin.snapshot()
         for obj in movable:
             twin.restore(settled)
-            _grasp_checks(scene, twin, loop, obj, v)
+            _grasp_checks(scene, twin, driver, obj, v)
     return v
 
 
@@ -135,7 +133,7 @@ def _graspable(obj, gripper) -> float | None:
     return width if width < gripper.opening_range[1] - 0.01 and obj.mass < 1.0 else None
 
 
-def _grasp_checks(scene, twin, loop, obj, v: Validation) -> None:
+def _grasp_checks(scene, twin, driver: Driver, obj, v: Validation) -> None:
     from r2s2r.real2sim.proxy import grasp_lift_script
     from r2s2r.skills.stages import yaw_of
     gripper = twin.robot.grippers[0]
@@ -149,8 +147,8 @@ def _grasp_checks(scene, twin, loop, obj, v: Validation) -> None:
         yaw += math.pi / 2
     top = pos[2] + obj.half_height
     grasp_z = max(pos[2], top - 0.03)  # fingers reach 3 cm down at most
-    q0 = loop.positions()
-    loop.hold_here()
+    q0 = driver.loop.positions()
+    driver.hold_here()
     cmds, duration = grasp_lift_script(twin.robot, q0, pos, yaw, width, 0.006, lift=LIFT_M, grasp_height=grasp_z,
                                        release_dwell_s=0.3)
     t0 = twin.time
@@ -166,14 +164,11 @@ def _grasp_checks(scene, twin, loop, obj, v: Validation) -> None:
             c = cmds[i]
             i += 1
             try:
-                if c.kind == "positions":
-                    loop.controller.command_positions(c.target, c.values, twin.time)
-                else:
-                    loop.controller.command_gripper(c.target, c.values, twin.time)
+                send_script_command(driver, c)
             except CommandError as error:  # the collision check refused the way to the object
                 v.results.append(CheckResult("grasp", obj.name, False, f"the command path refused the grasp: {error}"))
                 return
-        loop.cycle()
+        driver.loop.cycle()
         if lifted_by is None and now >= lift_end - 0.5:
             lifted_by = float(twin.object_poses()[obj.name][0][2] - rest[2])
     final = twin.object_poses()[obj.name][0]

@@ -1,21 +1,18 @@
-"""The robot registry.
+"""The robot registry: the `r2s2r.robots` plug-ins (r2s2r.plugins), each a RobotSpec.
 
-Each module in this package that defines `SPEC` (a RobotSpec) registers a robot: adding an
-arm is one module here, one URDF, one config YAML. Nothing else changes.
+Adding an arm is one module with its SPEC, one URDF, one config YAML and one entry point line
+(`my_arm = "package.module:SPEC"`, in this package's pyproject.toml or a lab's own).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from functools import lru_cache
 
+from r2s2r import plugins
 from r2s2r.robots.spec import CameraSpec, GripperSpec, JointGroup, JointLimits, RobotSpec
 
 __all__ = ["RobotSpec", "JointGroup", "GripperSpec", "CameraSpec", "JointLimits",
            "UnknownRobotError", "get_robot", "robot_names", "registry"]
-
-_NOT_ROBOTS = {"spec", "model"}
 
 
 class UnknownRobotError(KeyError):
@@ -31,15 +28,14 @@ class UnknownRobotError(KeyError):
 @lru_cache(maxsize=1)
 def registry() -> dict[str, RobotSpec]:
     robots = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name in _NOT_ROBOTS or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        # A module names its robot SPEC, or several (variants of one arm) SPECS.
-        for spec in getattr(module, "SPECS", None) or (getattr(module, "SPEC", None),):
-            if isinstance(spec, RobotSpec):
-                robots[spec.name] = spec
-    return dict(sorted(robots.items()))
+    for name in plugins.names("robots"):
+        spec = plugins.load("robots", name)
+        if not isinstance(spec, RobotSpec) or spec.name != name:
+            raise plugins.PluginError(f"robot plug-in {name!r} ({plugins.source('robots', name)}) is "
+                                      f"{getattr(spec, 'name', type(spec).__name__)!r}; expected the RobotSpec "
+                                      f"named {name!r}")
+        robots[name] = spec
+    return robots
 
 
 def robot_names() -> list[str]:

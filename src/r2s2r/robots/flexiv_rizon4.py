@@ -58,5 +58,3 @@ PRE_2024 = replace(
     urdf_changes=(("joint[@name='joint7']/origin", "xyz", "-0.055 0.07 0.11"),
                   ("link[@name='link6']/inertial/mass", "value", "2.1"),
                   ("link[@name='link6']/inertial/origin", "xyz", "-0.01 0.06 0.07")))
-
-SPECS = (SPEC, PRE_2024)

@@ -26,7 +26,6 @@ import numpy as np
 
 from r2s2r.config import Section
 from r2s2r.eval.tasks import Task, load_task
-from r2s2r.policy.scripted import scripted_policy
 from r2s2r.policy.types import ObservationSpace, PolicyMetadata
 from r2s2r.robots import get_robot
 from r2s2r.skills.ik import quat_to_mat
@@ -375,6 +374,7 @@ def _factory(task_name: str, build):
     return make
 
 
-scripted_policy("franka_block_in_bowl")(_factory("franka_block_in_bowl", block_in_bowl_expert))
-scripted_policy("franka_cup_in_microwave")(_factory("franka_cup_in_microwave", cup_in_microwave_expert))
-scripted_policy("aloha_cube_handover")(_factory("aloha_cube_handover", cube_handover_expert))
+# The tasks' experts, registered as scripted policies named as their tasks (pyproject.toml).
+franka_block_in_bowl = _factory("franka_block_in_bowl", block_in_bowl_expert)
+franka_cup_in_microwave = _factory("franka_cup_in_microwave", cup_in_microwave_expert)
+aloha_cube_handover = _factory("aloha_cube_handover", cube_handover_expert)
