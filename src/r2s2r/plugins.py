@@ -63,7 +63,7 @@ def load(kind: str, name: str):
     known = entries(kind)
     if name not in known:
         raise PluginError(f"unknown {SINGULAR[kind]} {name!r}; expected one of "
-                          f"{', '.join(known) or '(none installed)'}")
+                          f"{', '.join(known) or 'none: no package registers one (is r2s2r installed? pip install -e .)'}")
     try:
         return known[name].load()
     except (ImportError, AttributeError) as exc:
