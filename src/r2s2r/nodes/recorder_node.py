@@ -32,6 +32,7 @@ from r2s2r.contract.names import CAMERA_NAME, CAMERA_NAME_EXPECTED, Topics
 from r2s2r.data.episode import EpisodeWriter, episode_topics
 from r2s2r.data.mcap_io import message_class
 from r2s2r.nodes.runtime import check_ranges, run
+from r2s2r.processes import return_large_blocks_to_the_os
 from r2s2r.robots import get_robot
 
 
@@ -128,6 +129,13 @@ class RecorderNode(Node):
 
 
 def main(args=None) -> int:
+    # Every MCAP chunk the writer finishes (about 1 MiB of messages, every 8 s at an FR3's 250 Hz
+    # joint states and 100 Hz commands) allocates and frees megabytes on whichever executor thread
+    # filled it; with glibc's default those blocks stay in its arenas and fragment them: the
+    # recorder's resident memory crept up 3 MiB in 8 minutes. Blocks of 128 KiB and up are
+    # unmapped when freed instead (processes.return_large_blocks_to_the_os), which also keeps
+    # the recorder about 5 MiB smaller.
+    return_large_blocks_to_the_os()
     return run(RecorderNode, args)
 
 
