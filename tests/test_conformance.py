@@ -107,18 +107,23 @@ def _link_losses(client) -> int:
     return int(client.diagnostic_values().get("link_losses", 0))
 
 
+def _link_up(client, timeout: float = 30.0) -> bool:
+    return client.wait_for(lambda: client.diagnostic_values().get("link") == "up", timeout)
+
+
 def attempt(client, act, check) -> bool:
-    """act(), then whether check() holds; done again (up to three times) when the driver lost its
-    link meanwhile. A loaded host can starve a protocol peer past the link timeout: the driver then
-    holds, reconnects and drops what it was doing, as it must on a real arm (the link-loss tests
-    check that), and a client sends it again. Without a link loss the first answer stands."""
+    """act(), then whether check() holds, once the driver's link is up; done again (up to three
+    times) when the driver lost its link meanwhile. A loaded host can starve a protocol peer past
+    the link timeout: the driver then holds, reconnects and drops what it was doing, as it must on
+    a real arm (the link-loss tests check that), and a client waits for the link and sends it
+    again. Without a link loss the first answer stands."""
     for _ in range(3):
+        _link_up(client)
         losses = _link_losses(client)
         act()
         ok = check()
         if ok or _link_losses(client) == losses:
             return ok
-        client.wait_for(lambda: client.diagnostic_values().get("link") == "up", 10)
     return False
 
 
@@ -157,8 +162,9 @@ def run_sequence(client, robot) -> dict:
     time.sleep(1.0)
     seen["estop holds"] = float(np.max(np.abs(client.positions(group.joints) - before))) < TOLERANCE
     client.estop(False)
-    seen["enable after estop"] = client.enable(True).success and \
-        client.wait_for(lambda: client.diagnostic_values().get("mode") == "enabled", 5)
+    seen["enable after estop"] = attempt(client, lambda: answers.append(client.enable(True).success),
+                                         lambda: answers[-1] and client.wait_for(
+                                             lambda: client.diagnostic_values().get("mode") == "enabled", 5))
     target = np.clip(before + 0.1, limits.lower[idx] + 0.01, limits.upper[idx] - 0.01)
     seen["moves after enable"] = attempt(client, lambda: client.send_positions(group.name, target),
                                          lambda: client.wait_until_at(group.joints, target, TOLERANCE, 20))
