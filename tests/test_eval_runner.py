@@ -84,8 +84,8 @@ def test_one_and_two_workers_store_identical_rows(task_file, tmp_path):
 def _stored(path) -> int:
     if not path.is_file():
         return 0
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:  # read-write: a read-only connection to a WAL database the campaign has open can fail to open
+        db = sqlite3.connect(str(path), timeout=5)
         try:
             return db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
         finally:
@@ -138,6 +138,7 @@ def test_ctrl_c_stops_a_campaign_cleanly_and_the_same_command_resumes_it(task_fi
     deadline = time.monotonic() + 120
     while _stored(store_path) < 5 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert proc.poll() is None, f"the campaign ended before 5 trials were seen stored ({_stored(store_path)})"
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     stored = _stored(store_path)
