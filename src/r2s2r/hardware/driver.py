@@ -53,11 +53,11 @@ class Driver:
     """`hardware`: the backend, not yet configured; `control_rate_hz`: the command cycle (the
     robot's by default); `limits`: the safety limits (the datasheet's); `cell`: what the
     collision check models (the twin's scene, or the robot on its table); `log`: where state
-    changes are reported."""
+    changes are reported (a logging.Logger, or a node's logger: one string a call)."""
 
     def __init__(self, hardware: Hardware, *, control_rate_hz: float | None = None,
                  limits: SafetyLimits | None = None, cell: Scene | None = None,
-                 collision_margin: float = DEFAULT_MARGIN_M, log: logging.Logger | None = None):
+                 collision_margin: float = DEFAULT_MARGIN_M, log=None):
         self.hardware = hardware
         self.robot = hardware.robot
         self.simulated = hardware.simulated

@@ -112,7 +112,7 @@ class DriverNode(Node):
                                  watchdog_s=self._param("watchdog_s"))
         try:
             self.driver = Driver(hardware, control_rate_hz=self._param("control_rate_hz") or None, limits=limits,
-                                 cell=scene, collision_margin=collision_margin, log=_RosLog(self.get_logger()))
+                                 cell=scene, collision_margin=collision_margin, log=self.get_logger())
         except ValueError as error:
             raise ValueError(f"parameter 'control_rate_hz': {error}") from None
         self.hardware = hardware
@@ -239,8 +239,8 @@ class DriverNode(Node):
             rtf_window = (wall0, clock0)
             while not self._stopping.is_set() and self.context.ok():
                 if not driver.connected:  # retry with backoff, publish the fault once a second
-                    self._stopping.wait(driver.retry_in)
-                    if driver.reconnect() or time.monotonic() >= next_diag:
+                    driver.tick(tick, sleep=self._stopping.wait)
+                    if driver.connected or time.monotonic() >= next_diag:
                         next_diag = time.monotonic() + 1.0
                         self._publish_diagnostics()
                     continue
@@ -333,25 +333,6 @@ class DriverNode(Node):
             self.driver.shutdown()
         except Exception as exc:
             self.get_logger().warning(f"disconnect: {exc}")
-
-
-class _RosLog:
-    """The driver core's log lines onto the node's logger (rclpy's takes one string)."""
-
-    def __init__(self, logger):
-        self._logger = logger
-
-    def debug(self, message: str) -> None:
-        self._logger.debug(message)
-
-    def info(self, message: str) -> None:
-        self._logger.info(message)
-
-    def warning(self, message: str) -> None:
-        self._logger.warning(message)
-
-    def error(self, message: str) -> None:
-        self._logger.error(message)
 
 
 def main(args=None) -> int:
