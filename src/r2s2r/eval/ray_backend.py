@@ -28,6 +28,9 @@ class _Worker:
     def job(self, fn, context, item):
         return self.worker.job(fn, context, item)
 
+    def run_recorded(self, spec: TrialSpec, recorder):
+        return self.worker.run_recorded(spec, recorder)
+
 
 def _local(address: str | None) -> bool:
     return address in (None, "", "local")
@@ -72,6 +75,11 @@ class RayWorkers:
         each actor runs one batch at a time."""
         for _, results in self._dispatch(lambda actor, batch: actor.run.remote(batch), batches):
             yield results
+
+    def run_recorded(self, specs: Sequence[TrialSpec], recorder) -> Iterable[tuple[TrialResult, Any]]:
+        """(result, recorded) of each spec, in the order they finish (TrialPool.run_recorded)."""
+        for _, pair in self._dispatch(lambda actor, spec: actor.run_recorded.remote(spec, recorder), specs):
+            yield pair
 
     def map(self, fn: Callable[[Any, Any], Any], items: Sequence, context: JobContext | None) -> list:
         """fn(state, item) for every item, in the items' order (see TrialPool.map)."""

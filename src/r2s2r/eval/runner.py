@@ -39,6 +39,7 @@ import signal
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -149,6 +150,15 @@ class TrialObserver:
         """The trial is judged."""
 
 
+class RecordingObserver(TrialObserver, ABC):
+    """An observer that records what it sees (`TrialPool.run_recorded`): one per trial, made in
+    the worker, `recorded()` sent back with the trial's result."""
+
+    @abstractmethod
+    def recorded(self) -> Any:
+        """What it recorded (picklable)."""
+
+
 class JobContext(Protocol):
     """What a worker needs for a job other than a trial (`TrialPool.map`): small and picklable,
     it travels with every item; `build()` makes the state the job's function runs on (episodes
@@ -239,6 +249,12 @@ class TrialWorker:
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
         return self.run_batch([spec], observer)[0]
+
+    def run_recorded(self, spec: TrialSpec, recorder: Callable[[], "RecordingObserver"]) -> tuple[TrialResult, Any]:
+        """The trial, watched by an observer of its own made by `recorder()`; its result and what
+        the observer recorded."""
+        observer = recorder()
+        return self.run(spec, observer), observer.recorded()
 
     def run_batch(self, specs: Sequence[TrialSpec], observer: TrialObserver | None = None) -> list[TrialResult]:
         """The trials of `specs`, in their order. Trials of one policy that takes a batch
@@ -513,6 +529,10 @@ def _pool_run(specs: Sequence[TrialSpec]) -> list[TrialResult]:
     return _WORKER.run_batch(specs)
 
 
+def _pool_recorded(spec: TrialSpec, recorder) -> tuple[TrialResult, Any]:
+    return _WORKER.run_recorded(spec, recorder)
+
+
 def _pool_job(fn, context, item):
     return _WORKER.job(fn, context, item)
 
@@ -582,6 +602,23 @@ class TrialPool:
         else:
             for _, results in self._run_pool(_pool_run, [(batch,) for batch in batches]):
                 yield from results
+
+    def run_recorded(self, specs: Sequence[TrialSpec], recorder: Callable[[], RecordingObserver]
+                     ) -> Iterable[tuple[TrialResult, Any]]:
+        """(result, recorded) of each of `specs` in the order they finish, each trial watched by an
+        observer of its own made by `recorder()` in the worker (a picklable factory: a class or a
+        functools.partial of module-level names)."""
+        if not specs:
+            return
+        if self.backend == "ray":
+            yield from self._ray_workers().run_recorded(specs, recorder)
+        elif self.workers == 1:
+            self._local = self._local or TrialWorker()
+            for spec in specs:
+                yield self._local.run_recorded(spec, recorder)
+        else:
+            for _, pair in self._run_pool(_pool_recorded, [(spec, recorder) for spec in specs]):
+                yield pair
 
     def _batches(self, specs: Sequence[TrialSpec], batch: int) -> list[list[TrialSpec]]:
         """The specs in batches for TrialWorker.run_batch: one policy and task per batch, at most
@@ -759,6 +796,6 @@ def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[st
             for i, p in enumerate(points)]
 
 
-__all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "TrialError", "Planned", "TrialPool",
+__all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "RecordingObserver", "TrialError", "Planned", "TrialPool",
            "JobContext", "send_command", "FailureToAct", "INVALID_ACTION", "POLICY_ERROR", "DEADLINE", "run_trials",
            "progress_bar", "add_stored", "check_policy", "plan_eval", "sample_perturbations", "trial_seed", "BACKENDS"]
