@@ -97,8 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="demo_output", help="folder for the demo's images and reports")
     demo.set_defaults(func=_demo)
     add_eval_parsers(sub)
-    from r2s2r.data.cli import add_replay_parser
+    from r2s2r.data.cli import add_dataset_parsers, add_replay_parser
     add_replay_parser(sub)
+    add_dataset_parsers(sub)
+    from r2s2r.train.cli import add_train_parser
+    add_train_parser(sub)
 
     from r2s2r.real2sim.cli import add_real2sim_parsers
     add_real2sim_parsers(sub)

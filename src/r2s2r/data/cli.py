@@ -1,13 +1,18 @@
-"""`r2s2r replay`: rerun one stored trial bit for bit, recording an MP4 and an MCAP bag.
+"""`r2s2r replay`, `r2s2r collect` and `r2s2r dataset`: episodes out of the twin.
 
     r2s2r replay TRIAL_ID [--store DIR/trials.sqlite] [--camera scene] [--out DIR (default DIR/replays)]
+    r2s2r collect --task T [--policy P] --episodes N [--envelope E | --conditions FILE] [--keep success|all]
+                  [--cameras a,b] [--image-size 128x96] [--privileged] --out DATASET
+    r2s2r dataset info DATASET
+    r2s2r dataset merge DATASET... --out DATASET
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from r2s2r.eval.cli import DEFAULT_OUT, STORE_NAME, guarded
+from r2s2r.eval.cli import DEFAULT_OUT, STORE_NAME, _count, guarded
 
 
 def _replay(args) -> int:
@@ -43,4 +48,91 @@ def add_replay_parser(sub) -> None:
     rp.set_defaults(func=guarded(_replay))
 
 
-__all__ = ["add_replay_parser"]
+def image_size_type(text: str) -> tuple[int, int]:
+    import argparse
+    width, sep, height = text.lower().partition("x")
+    try:
+        size = (int(width), int(height))
+    except ValueError:
+        size = None
+    if not sep or size is None or min(size) < 2 or max(size) > 4096 or size[0] % 2 or size[1] % 2:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected WIDTHxHEIGHT with even numbers, e.g. 128x96")
+    return size
+
+
+def _collect(args) -> int:
+    from r2s2r.data.collect import CollectOptions, collect, read_conditions
+    from r2s2r.data.lerobot_v3 import open_dataset
+    from r2s2r.eval.runner import TrialPool
+    from r2s2r.eval.tasks import load_task
+
+    task = load_task(args.task)
+    if args.envelope and args.conditions:
+        raise ValueError("--envelope and --conditions both given; expected one of them")
+    if args.envelope:
+        task.perturbations.within(args.envelope)  # an unknown envelope is named before anything runs
+    conditions = read_conditions(args.conditions, task) if args.conditions else None
+    cameras = None if args.cameras is None else tuple(c.strip() for c in args.cameras.split(",") if c.strip())
+    options = CollectOptions(task=task.name, policy=args.policy or task.expert, episodes=args.episodes,
+                             seed=args.seed, keep=args.keep, envelope=args.envelope, conditions=conditions,
+                             cameras=cameras, image_size=args.image_size, privileged=args.privileged)
+    try:
+        with TrialPool(args.workers, args.backend, args.address) as pool:
+            done = collect(options, args.out, pool, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        staged = len(list((Path(args.out) / ".collect" / "episodes").glob("*.npz")))
+        print(f"\nr2s2r collect: stopped; {staged} trials staged in {args.out}/.collect; rerun the same command "
+              "to resume", file=sys.stderr)
+        return 130
+    print(f"{done.episodes} episodes from {done.trials} trials ({done.successes} succeeded)")
+    print(open_dataset(done.out).summary())
+    return 0
+
+
+def _dataset_info(args) -> int:
+    from r2s2r.data.lerobot_v3 import open_dataset
+    print(open_dataset(args.dataset).summary())
+    return 0
+
+
+def _dataset_merge(args) -> int:
+    from r2s2r.data.lerobot_v3 import merge, open_dataset
+    print(open_dataset(merge(args.datasets, args.out)).summary())
+    return 0
+
+
+def add_dataset_parsers(sub) -> None:
+    """Register `collect` and `dataset` on the r2s2r command's subparsers."""
+    co = sub.add_parser("collect", help="demonstrations in the twin, written as a LeRobot v3.0 dataset (resumable)")
+    co.add_argument("--task", required=True, help="a task name (config/tasks) or task YAML")
+    co.add_argument("--policy", default=None, help="policy URI or config (default: the task's scripted expert)")
+    co.add_argument("--episodes", type=_count(1), required=True, help="episodes in the dataset")
+    co.add_argument("--keep", choices=("success", "all"), default="success",
+                    help="success: run trials until EPISODES have succeeded and keep those; all: keep every trial")
+    co.add_argument("--envelope", default=None, help="draw perturbations within this named envelope of the task")
+    co.add_argument("--conditions", default=None,
+                    help="YAML/JSON list of perturbations (factor: value), cycled over the episodes")
+    co.add_argument("--cameras", default=None,
+                    help="comma-separated cameras to record (default: all of the task's scene; '' for none)")
+    co.add_argument("--image-size", type=image_size_type, default=(128, 96), help="WIDTHxHEIGHT of the recorded images")
+    co.add_argument("--privileged", action="store_true",
+                    help="also record the objects' poses (observation.environment_state, flagged as privileged)")
+    co.add_argument("--seed", type=int, default=0, help="episode i's perturbation and seed come from it")
+    co.add_argument("--workers", type=_count(1, 1024), default=1, help="parallel trials (processes, or Ray actors)")
+    co.add_argument("--backend", choices=("process", "ray"), default="process")
+    co.add_argument("--address", default=None, help="Ray: 'auto', HOST:PORT or ray://HOST:PORT")
+    co.add_argument("--out", required=True, help="the dataset's folder (new, or an unfinished collection's)")
+    co.add_argument("--no-progress", action="store_true", help="no progress bar")
+    co.set_defaults(func=guarded(_collect))
+
+    ds = sub.add_parser("dataset", help="LeRobot v3.0 datasets").add_subparsers(dest="action", required=True)
+    info = ds.add_parser("info", help="print a dataset's summary (and check its files)")
+    info.add_argument("dataset")
+    info.set_defaults(func=_dataset_info)
+    mg = ds.add_parser("merge", help="join datasets with the same features (sim + real)")
+    mg.add_argument("datasets", nargs="+")
+    mg.add_argument("--out", required=True)
+    mg.set_defaults(func=_dataset_merge)
+
+
+__all__ = ["add_replay_parser", "add_dataset_parsers", "image_size_type"]
