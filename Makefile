@@ -19,7 +19,18 @@ $(STAMP): pyproject.toml setup.py requirements/constraints.txt
 demo: $(STAMP)
 	$(PY) -m r2s2r.cli demo --out demo_output
 
-test: $(STAMP)
+# lerobot 0.4.4, the reference peer the datasets r2s2r writes are loaded with (tests/test_lerobot_peer.py),
+# in a folder of its own: it pins torch < 2.11, and this venv keeps torch 2.13. lerobot, accelerate and
+# torchvision go in without their dependencies; what lerobot's dataset path needs beside them, with theirs.
+PEER := .peer
+PEER_STAMP := $(PEER)/.installed
+$(PEER_STAMP): $(STAMP) requirements/peer.txt requirements/peer-no-deps.txt
+	rm -rf $(PEER)
+	$(PY) -m pip install --quiet --target $(PEER) -r requirements/peer.txt
+	$(PY) -m pip install --quiet --target $(PEER) --no-deps -r requirements/peer-no-deps.txt
+	touch $(PEER_STAMP)
+
+test: $(STAMP) $(PEER_STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m pytest -q
 
