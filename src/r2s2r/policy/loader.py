@@ -1,7 +1,8 @@
 """Choosing a policy by URI or by a policy config file.
 
 URIs: torch:PATH, torchscript:PATH, export:PATH, onnx:PATH, lerobot:DIR,
-openpi://HOST:PORT, scripted:NAME. A path ending in .yaml / .yml is a policy config:
+openpi://HOST:PORT, scripted:NAME. A path ending in .yaml / .yml is a policy config, and so is
+a folder that holds a policy.yaml (a checkpoint of `r2s2r train`):
 
     uri: scripted:goto           # any of the URIs; a relative PATH is relative to this file
     params: {goal: {arm: [...]}} # what the loader of that URI takes
@@ -39,8 +40,16 @@ def is_config_file(source: str) -> bool:
     return source.endswith((".yaml", ".yml"))
 
 
+POLICY_FILE = "policy.yaml"  # a folder holding one is a policy source (a training run's checkpoint)
+
+
 def read_policy_config(source: str) -> PolicyConfig:
-    """A URI as a PolicyConfig, or a policy config file read and checked."""
+    """A URI as a PolicyConfig, or a policy config file (or a folder with a policy.yaml) read and checked."""
+    if not is_config_file(source) and ":" not in source and Path(source).is_dir():
+        if not (Path(source) / POLICY_FILE).is_file():
+            raise PolicyError(f"policy {source!r} is a folder without a {POLICY_FILE}; expected a checkpoint "
+                              f"folder (r2s2r train writes RUN/checkpoints/step_NNNNNN/) or lerobot:{source}")
+        source = str(Path(source) / POLICY_FILE)
     if not is_config_file(source):
         return PolicyConfig(uri=source, source=source)
     path = paths.resolve(source)

@@ -1,0 +1,83 @@
+"""Compact policies r2s2r trains on a CPU (`r2s2r train`), in plain torch.
+
+Both follow the tensor-model contract of policy.tensor (normalised state, then one (B, 3, H, W)
+image in [0, 1] per camera; out (B, T, A) normalised actions), so a checkpoint runs through the
+`torch:` loader in the evaluation engine and in policy_node unchanged.
+
+- `StateMLP`: the state through an MLP to a whole action chunk.
+- `ActPolicy`: ACT's shape at a small size (Zhao et al., 2023, "Learning Fine-Grained Bimanual
+  Manipulation with Low-Cost Hardware"): a small CNN per camera whose feature map becomes
+  tokens, a transformer encoder over the state token and the image tokens, and a transformer
+  decoder whose T learned queries read out the chunk. Without the CVAE: r2s2r's experts are
+  scripted and unimodal, and its chunks are ensembled or replanned by the runtime.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class StateMLP(nn.Module):
+    def __init__(self, state_size: int, action_size: int, chunk_length: int, hidden: int = 256, layers: int = 3):
+        super().__init__()
+        self.action_size, self.chunk_length = action_size, chunk_length
+        blocks, width = [], state_size
+        for _ in range(layers):
+            blocks += [nn.Linear(width, hidden), nn.GELU()]
+            width = hidden
+        self.body = nn.Sequential(*blocks)
+        self.head = nn.Linear(hidden, chunk_length * action_size)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(state)).reshape(state.shape[0], self.chunk_length, self.action_size)
+
+
+def _backbone(channels: tuple[int, ...], width: int) -> nn.Sequential:
+    """Stride-2 convolutions with group norm (batch statistics would differ between a batch of
+    one on the robot and the training batches), then a 1x1 projection to the token width."""
+    layers, previous = [], 3
+    for out in channels:
+        layers += [nn.Conv2d(previous, out, 3, stride=2, padding=1), nn.GroupNorm(8, out), nn.GELU()]
+        previous = out
+    layers.append(nn.Conv2d(previous, width, 1))
+    return nn.Sequential(*layers)
+
+
+class ActPolicy(nn.Module):
+    def __init__(self, state_size: int, action_size: int, chunk_length: int, cameras: int, image_height: int,
+                 image_width: int, width: int = 128, heads: int = 4, encoder_layers: int = 2, decoder_layers: int = 2,
+                 feedforward: int = 512, dropout: float = 0.1, channels: tuple[int, ...] = (32, 64, 128)):
+        super().__init__()
+        if cameras < 1:
+            raise ValueError("ActPolicy needs one camera at least; StateMLP takes the state alone")
+        self.action_size, self.chunk_length = action_size, chunk_length
+        channels = tuple(channels)
+        self.backbones = nn.ModuleList(_backbone(channels, width) for _ in range(cameras))
+        height, width_px = image_height, image_width
+        for _ in channels:
+            height, width_px = (height + 1) // 2, (width_px + 1) // 2
+        tokens = 1 + cameras * height * width_px
+        self.state_in = nn.Linear(state_size, width)
+        self.position = nn.Parameter(torch.zeros(1, tokens, width))
+        self.queries = nn.Parameter(torch.zeros(1, chunk_length, width))
+        nn.init.normal_(self.position, std=0.02)
+        nn.init.normal_(self.queries, std=0.02)
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(width, heads, feedforward, dropout, batch_first=True, norm_first=True),
+            encoder_layers, enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(width, heads, feedforward, dropout, batch_first=True, norm_first=True),
+            decoder_layers)
+        self.head = nn.Linear(width, action_size)
+
+    def forward(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
+        tokens = [self.state_in(state)[:, None, :]]
+        for backbone, image in zip(self.backbones, images):
+            tokens.append(backbone(image).flatten(2).transpose(1, 2))  # (B, h * w, width)
+        memory = self.encoder(torch.cat(tokens, dim=1) + self.position)
+        queries = self.queries.expand(state.shape[0], -1, -1)
+        return self.head(self.decoder(queries, memory))
+
+
+__all__ = ["StateMLP", "ActPolicy"]

@@ -1,0 +1,363 @@
+"""`r2s2r train`: a compact policy (train.models) from a LeRobot v3.0 dataset, on the CPU.
+
+A run folder holds config.json, checkpoints/step_NNNNNN/ every `checkpoint_every` steps (each a
+`torch:` checkpoint, model.pt, with a policy.yaml beside it, so the folder itself is a policy
+source: `r2s2r eval --policy RUN/checkpoints/step_002000`, and training.pt, what resuming
+needs), and the loss curves as losses.json and losses.png.
+
+Determinism: each step's batch and dropout come from (seed, step) alone, so a run is the same
+for a seed on the same thread count, and a run resumed from a checkpoint continues exactly as
+an uninterrupted one would (the optimiser's state is in training.pt). Validation episodes (a
+share of the episodes, chosen by the seed) are never trained on.
+
+Normalisation comes from the dataset's statistics (mean and std of state, action and each
+camera's channels) and travels in the checkpoint; images are resized once, when the dataset
+is loaded, to the size the policy is trained at.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from r2s2r.data.lerobot_v3 import DatasetError, open_dataset
+
+POLICIES = ("mlp", "act")
+CHECKPOINTS = "checkpoints"
+WARMUP_STEPS = 100
+
+
+class TrainError(ValueError):
+    """A training run cannot start or go on; the message says what is wrong and what was expected."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: str
+    policy: str = "mlp"
+    steps: int = 2000
+    batch: int = 64
+    seed: int = 0
+    chunk_length: int = 10
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    checkpoint_every: int = 500
+    validation_share: float = 0.1
+    image_size: tuple[int, int] = (64, 48)  # width, height the image policy is trained at
+    cameras: tuple[str, ...] | None = None  # None: every camera of the dataset
+    threads: int = 2  # the two cores of a CI machine; results are deterministic for a thread count
+    model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
+
+    def check(self) -> None:
+        if self.policy not in POLICIES:
+            raise TrainError(f"policy {self.policy!r}; expected one of {', '.join(POLICIES)}")
+        for name in ("steps", "batch", "chunk_length", "checkpoint_every", "threads"):
+            if int(getattr(self, name)) < 1:
+                raise TrainError(f"{name} is {getattr(self, name)}; expected 1 or more")
+        if not 0.0 <= self.validation_share < 1.0:
+            raise TrainError(f"validation_share {self.validation_share}; expected in [0, 1)")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise TrainError(f"learning_rate {self.learning_rate}; expected a positive number")
+
+
+# -- the data ------------------------------------------------------------------------------------------
+class TrainingData:
+    """Every frame of a dataset in memory: states, actions, images (uint8, at the training size)
+    and, per frame, where its episode ends (an action chunk stops there, padded and masked)."""
+
+    def __init__(self, root: str | Path, cameras: tuple[str, ...], image_size: tuple[int, int]):
+        import cv2
+        self.dataset = dataset = open_dataset(root)
+        for key in ("observation.state", "action"):
+            if key not in dataset.features:
+                raise TrainError(f"{root}: the dataset has no {key}; expected r2s2r's layout (docs/datasets.md)")
+        self.cameras = cameras
+        states, actions, ends, episode_of, images = [], [], [], [], {c: [] for c in cameras}
+        start = 0
+        for index in range(len(dataset.episodes)):
+            episode = dataset.episode(index, videos=bool(cameras))
+            n = len(episode.frames["action"])
+            states.append(episode.frames["observation.state"])
+            actions.append(episode.frames["action"])
+            ends.append(np.full(n, start + n))
+            episode_of.append(np.full(n, index))
+            for camera in cameras:
+                frames = episode.frames[f"observation.images.{camera}"]
+                if (frames.shape[2], frames.shape[1]) != tuple(image_size):
+                    frames = np.stack([cv2.resize(f, tuple(image_size), interpolation=cv2.INTER_AREA)
+                                       for f in frames])
+                images[camera].append(frames.transpose(0, 3, 1, 2))
+            start += n
+        self.states = np.concatenate(states).astype(np.float32)
+        self.actions = np.concatenate(actions).astype(np.float32)
+        self.ends = np.concatenate(ends)
+        self.episode_of = np.concatenate(episode_of)
+        self.images = {c: np.concatenate(v) for c, v in images.items()}
+
+    def split(self, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Frame indices for training and for validation (whole episodes, chosen by the seed)."""
+        episodes = len(self.dataset.episodes)
+        held = int(round(share * episodes))
+        if share > 0 and episodes > 1:
+            held = max(1, held)
+        held = min(held, episodes - 1)
+        order = np.random.default_rng(seed).permutation(episodes)
+        validation = np.isin(self.episode_of, order[:held])
+        return np.nonzero(~validation)[0], np.nonzero(validation)[0]
+
+
+def normalizer_for(dataset, cameras) -> "object":
+    from r2s2r.policy.normalize import FeatureStats, Normalizer
+    features = {}
+    for name, key in (("state", "observation.state"), ("action", "action")):
+        stats = dataset.stats.get(key)
+        if not stats:
+            raise TrainError(f"{dataset.root}: meta/stats.json has no statistics of {key}")
+        features[name] = FeatureStats("mean_std", {"mean": np.array(stats["mean"]), "std": np.array(stats["std"])})
+    for camera in cameras:
+        stats = dataset.stats[f"observation.images.{camera}"]
+        features[f"image.{camera}"] = FeatureStats("mean_std", {"mean": np.array(stats["mean"]),
+                                                                 "std": np.array(stats["std"])})
+    return Normalizer(features)
+
+
+# -- the run -------------------------------------------------------------------------------------------
+def _learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warm-up (WARMUP_STEPS, or a tenth of a shorter run), then cosine decay to a tenth."""
+    warmup = min(WARMUP_STEPS, max(1, config.steps // 10))
+    if step < warmup:
+        return config.learning_rate * (step + 1) / warmup
+    progress = (step - warmup) / max(1, config.steps - warmup)
+    return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _step_seed(seed: int, step: int) -> int:
+    return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1, np.uint32)[0])
+
+
+def checkpoint_dir(run: Path, step: int) -> Path:
+    return run / CHECKPOINTS / f"step_{step:06d}"
+
+
+def latest_checkpoint(run: Path) -> Path | None:
+    done = sorted(p for p in (run / CHECKPOINTS).glob("step_*") if (p / "training.pt").is_file())
+    return done[-1] if done else None
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run: str | Path):
+        config.check()
+        self.config, self.run = config, Path(run)
+        stored = self.run / "config.json"
+        current = json.loads(json.dumps(asdict(config)))
+        if stored.is_file():
+            before = json.loads(stored.read_text())
+            differ = sorted(k for k in set(before) | set(current) if before.get(k) != current.get(k) and k != "steps")
+            if differ:
+                raise TrainError(f"{self.run} holds a run with other settings "
+                                 f"({', '.join(f'{k}: {before.get(k)!r}' for k in differ)}); expected the same "
+                                 f"settings to resume it (only --steps may change), or another --out")
+        elif self.run.exists() and any(self.run.iterdir()):
+            raise TrainError(f"{self.run} exists and is not a training run; expected a new folder")
+
+    def train(self, progress: bool = True) -> Path:
+        """Train (or resume) to config.steps; the last checkpoint's folder."""
+        import torch
+        from r2s2r.policy.formats import save_checkpoint
+        config = self.config
+        torch.set_num_threads(config.threads)
+        torch.use_deterministic_algorithms(True)
+        try:
+            data = TrainingData(config.dataset, (), config.image_size) if config.policy == "mlp" else None
+            if data is None:
+                cameras = self._cameras()
+                data = TrainingData(config.dataset, cameras, config.image_size)
+        except DatasetError as exc:
+            raise TrainError(str(exc)) from None
+        cameras = data.cameras
+        train_frames, validation_frames = data.split(config.validation_share, config.seed)
+        normalizer = normalizer_for(data.dataset, cameras)
+        metadata = self._metadata(data.dataset, cameras)
+        kwargs = self._model_kwargs(data, cameras)
+        model = self._model(kwargs)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
+                                      weight_decay=config.weight_decay)
+        history = {"train": [], "validation": []}
+        step = 0
+        latest = latest_checkpoint(self.run)
+        if latest is not None:
+            state = torch.load(latest / "training.pt", map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            history = json.loads(state["history"])
+            step = int(state["step"])
+        self.run.mkdir(parents=True, exist_ok=True)
+        (self.run / "config.json").write_text(json.dumps(asdict(config), indent=2))
+        inputs = _Inputs(data, normalizer, cameras)
+        bar = _bar(config.steps, step, progress)
+        clock, last = time.perf_counter(), latest
+        try:
+            while step < config.steps:
+                generator = torch.Generator().manual_seed(_step_seed(config.seed, step))
+                torch.manual_seed(_step_seed(config.seed + 1, step))  # dropout's draws
+                frames = train_frames[torch.randint(len(train_frames), (config.batch,), generator=generator).numpy()]
+                for group in optimizer.param_groups:
+                    group["lr"] = _learning_rate(config, step)
+                model.train()
+                loss = inputs.loss(model, frames, config.chunk_length)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+                optimizer.step()
+                step += 1
+                history["train"].append([step, float(loss.detach())])
+                bar.update(1)
+                if step % config.checkpoint_every == 0 or step == config.steps:
+                    validation = inputs.validation_loss(model, validation_frames, config.chunk_length)
+                    if validation is not None:
+                        history["validation"].append([step, validation])
+                    last = self._save(step, model, optimizer, history, metadata, normalizer, kwargs, save_checkpoint)
+                    shown = "-" if validation is None else f"{validation:.4f}"
+                    bar.set_postfix_str(f"loss {float(loss.detach()):.4f}, validation {shown}", refresh=False)
+        finally:
+            bar.close()
+        history["wall_s"] = history.get("wall_s", 0.0) + time.perf_counter() - clock
+        self._curves(history)
+        return last
+
+    def _cameras(self) -> tuple[str, ...]:
+        dataset = open_dataset(self.config.dataset)
+        available = [k.removeprefix("observation.images.") for k in dataset.video_keys]
+        cameras = tuple(self.config.cameras) if self.config.cameras is not None else tuple(available)
+        unknown = [c for c in cameras if c not in available]
+        if unknown or not cameras:
+            raise TrainError(f"{dataset.root}: cameras {list(cameras)}; the image policy needs some of the "
+                             f"dataset's: {', '.join(available) or 'none (collect with --cameras)'}")
+        return cameras
+
+    def _metadata(self, dataset, cameras):
+        from r2s2r.policy.types import ActionSpace, ObservationSpace, PolicyMetadata
+        from r2s2r.robots import get_robot
+        robot = get_robot(dataset.robot_type)
+        joints = {g.name: len(g.joints) for g in robot.groups}
+        grippers = tuple(g.name for g in robot.grippers)
+        width, height = self.config.image_size
+        return PolicyMetadata(ObservationSpace(joints, grippers, {c: (height, width) for c in cameras}, False),
+                              ActionSpace(joints, grippers), float(dataset.fps), self.config.chunk_length, robot.name)
+
+    def _model_kwargs(self, data: TrainingData, cameras) -> dict:
+        sizes = {"state_size": data.states.shape[1], "action_size": data.actions.shape[1],
+                 "chunk_length": self.config.chunk_length}
+        if self.config.policy == "act":
+            width, height = self.config.image_size
+            sizes.update(cameras=len(cameras), image_height=height, image_width=width)
+        return {**sizes, **self.config.model}
+
+    def _model(self, kwargs: dict):
+        import torch
+        from r2s2r.train.models import ActPolicy, StateMLP
+        torch.manual_seed(self.config.seed)
+        try:
+            return (StateMLP if self.config.policy == "mlp" else ActPolicy)(**kwargs)
+        except TypeError as exc:
+            raise TrainError(f"model settings {self.config.model}: {exc}") from None
+
+    def _save(self, step, model, optimizer, history, metadata, normalizer, kwargs, save_checkpoint) -> Path:
+        import torch
+        folder = checkpoint_dir(self.run, step)
+        partial = folder.with_name(folder.name + ".partial")
+        if partial.exists():
+            import shutil
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True)
+        model.eval()
+        save_checkpoint(partial / "model.pt", model, metadata, normalizer, kwargs)
+        (partial / "policy.yaml").write_text(
+            f"# {self.config.policy} trained by r2s2r train on {self.config.dataset}, step {step}\n"
+            "uri: torch:model.pt\n"
+            "runtime: {}\n")
+        torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "history": json.dumps(history)}, partial / "training.pt")
+        partial.rename(folder)  # whole or not at all: a killed run resumes from the one before
+        return folder
+
+    def _curves(self, history: dict) -> None:
+        (self.run / "losses.json").write_text(json.dumps(history))
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        figure, axes = plt.subplots(figsize=(6, 3.5))
+        train = np.array(history["train"])
+        if len(train):
+            window = max(1, len(train) // 50)
+            smooth = np.convolve(train[:, 1], np.ones(window) / window, mode="valid")
+            axes.plot(train[window - 1:, 0], smooth, label="training (running mean)")
+        validation = np.array(history["validation"])
+        if len(validation):
+            axes.plot(validation[:, 0], validation[:, 1], "o-", label="validation")
+        axes.set_xlabel("step")
+        axes.set_ylabel("L1 loss, normalised actions")
+        axes.set_yscale("log")
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(self.run / "losses.png", dpi=100)
+        plt.close(figure)
+
+
+class _Inputs:
+    """Batches in the tensor-model contract: normalised state, normalised images, chunks and masks."""
+
+    def __init__(self, data: TrainingData, normalizer, cameras):
+        import torch
+        self.data, self.cameras = data, cameras
+        self.states = torch.from_numpy(normalizer.normalize("state", data.states))
+        self.actions = normalizer.normalize("action", data.actions)
+        self.image_mean = {c: torch.tensor(normalizer.features[f"image.{c}"].stats["mean"], dtype=torch.float32)
+                           for c in cameras}
+        self.image_scale = {c: torch.tensor(normalizer.features[f"image.{c}"].stats["std"]
+                                            + normalizer.features[f"image.{c}"].eps, dtype=torch.float32)
+                            for c in cameras}
+
+    def forward(self, model, frames: np.ndarray):
+        import torch
+        images = [(torch.from_numpy(self.data.images[c][frames]).float() / 255.0 - self.image_mean[c])
+                  / self.image_scale[c] for c in self.cameras]
+        return model(self.states[frames], *images)
+
+    def loss(self, model, frames: np.ndarray, length: int):
+        import torch
+        steps = frames[:, None] + np.arange(length)[None, :]
+        ends = self.data.ends[frames][:, None]
+        mask = torch.from_numpy(steps < ends)
+        target = torch.from_numpy(self.actions[np.minimum(steps, ends - 1)])
+        error = (self.forward(model, frames) - target).abs().mean(dim=2)
+        return (error * mask).sum() / mask.sum()
+
+    def validation_loss(self, model, frames: np.ndarray, length: int, batch: int = 256) -> float | None:
+        import torch
+        if len(frames) == 0:
+            return None
+        model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for first in range(0, len(frames), batch):
+                part = frames[first:first + batch]
+                total += float(self.loss(model, part, length)) * len(part)
+                count += len(part)
+        return total / count
+
+
+def _bar(total: int, done: int, enabled: bool):
+    from r2s2r.eval.runner import add_stored, progress_bar
+    bar = progress_bar(total, "train", enabled)
+    bar.unit = "step"
+    add_stored(bar, done)
+    return bar
+
+
+__all__ = ["TrainConfig", "Trainer", "TrainError", "TrainingData", "latest_checkpoint", "checkpoint_dir", "POLICIES"]

@@ -1,0 +1,160 @@
+"""`r2s2r train` (train.trainer): deterministic for a seed, a resumed run equal to an
+uninterrupted one, both policies learn, and the chain from demonstrations to the robot: expert
+episodes collected in the twin, a state policy trained on them, its checkpoint folder run as a
+policy in the trial runner and by policy_node on the graph, moving the twin."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from std_msgs.msg import Float64MultiArray
+
+from r2s2r.contract import Topics
+from r2s2r.data.collect import CollectOptions, DemonstrationRecorder, collect, state_names
+from r2s2r.data.lerobot_v3 import Episode, Feature, write_episodes
+from r2s2r.eval.runner import TrialPool, TrialSpec, TrialWorker
+from r2s2r.policy import load_policy
+from r2s2r.robots import get_robot
+from r2s2r.train import trainer as trainer_module
+from r2s2r.train.trainer import TrainConfig, Trainer, TrainError, latest_checkpoint
+from tests.test_policy_dds import policy_status, trigger
+
+FR3 = get_robot("franka_fr3")
+NAMES = state_names(FR3)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """Episodes of smooth motion, each joint a sine of its own phase, the action the next state;
+    a square in the image moves with the first joint. What comes next follows from what is seen."""
+    rng = np.random.default_rng(0)
+    episodes = []
+    for _ in range(6):
+        n = 40
+        phase = rng.uniform(0, 2 * np.pi, len(NAMES))
+        t = np.arange(n + 1)[:, None] * 0.15
+        motion = np.sin(t + phase).astype(np.float32)
+        images = np.zeros((n, 24, 32, 3), np.uint8)
+        column = (14 + 12 * motion[:n, 0]).astype(int)
+        for k in range(n):
+            images[k, 8:16, column[k]:column[k] + 4] = 255
+        episodes.append(Episode("synthetic", {"observation.state": motion[:n], "action": motion[1:],
+                                              "observation.images.scene": images}))
+    features = {"observation.state": Feature("float32", (len(NAMES),), NAMES),
+                "action": Feature("float32", (len(NAMES),), NAMES),
+                "observation.images.scene": Feature("video", (24, 32, 3))}
+    return write_episodes(tmp_path_factory.mktemp("train") / "synthetic", 20, features, "franka_fr3", episodes)
+
+
+def weights(checkpoint) -> dict:
+    return torch.load(checkpoint / "model.pt", weights_only=True)["state_dict"]
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_is_deterministic_and_resumes_exactly(synthetic, tmp_path, monkeypatch):
+    config = TrainConfig(dataset=str(synthetic), policy="mlp", steps=60, batch=16, checkpoint_every=20, seed=3,
+                         model={"hidden": 32, "layers": 2})
+    first = Trainer(config, tmp_path / "a").train(progress=False)
+    again = Trainer(config, tmp_path / "b").train(progress=False)
+    assert first.name == "step_000060" and same(weights(first), weights(again))
+    other = Trainer(TrainConfig(**{**config.__dict__, "seed": 4}), tmp_path / "c").train(progress=False)
+    assert not same(weights(first), weights(other))
+
+    # Killed right after its step-40 checkpoint (and in the middle of writing the next one), then resumed.
+    save = Trainer._save
+
+    def save_then_die(self, step, *args):
+        folder = save(self, step, *args)
+        if step == 40:
+            (folder.parent / "step_000060.partial").mkdir()
+            raise KeyboardInterrupt
+        return folder
+    monkeypatch.setattr(Trainer, "_save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config, tmp_path / "killed").train(progress=False)
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path / "killed").name == "step_000040"
+    resumed = Trainer(config, tmp_path / "killed").train(progress=False)
+    assert resumed.name == "step_000060" and same(weights(resumed), weights(first))
+    losses = json.loads((tmp_path / "killed" / "losses.json").read_text())
+    assert [s for s, _ in losses["train"]] == list(range(1, 61))
+    assert (tmp_path / "killed" / "losses.png").stat().st_size > 0
+    # Other settings do not resume a run.
+    with pytest.raises(TrainError, match="batch: 16"):
+        Trainer(TrainConfig(**{**config.__dict__, "batch": 8}), tmp_path / "a")
+
+
+@pytest.mark.parametrize("policy", ["mlp", "act"])
+def test_both_policies_learn_and_load_through_torch(synthetic, tmp_path, policy):
+    model = {"hidden": 64} if policy == "mlp" else {"width": 32, "feedforward": 64, "channels": (8, 16)}
+    config = TrainConfig(dataset=str(synthetic), policy=policy, steps=150, batch=32, checkpoint_every=150,
+                         chunk_length=4, image_size=(32, 24), validation_share=0.2, model=model)
+    checkpoint = Trainer(config, tmp_path / policy).train(progress=False)
+    losses = json.loads((tmp_path / policy / "losses.json").read_text())
+    train = np.array(losses["train"])[:, 1]
+    assert train[-20:].mean() < 0.6 * train[:20].mean(), f"{policy}: {train[:20].mean()} -> {train[-20:].mean()}"
+    assert losses["validation"] and np.isfinite(losses["validation"][-1][1])
+    policy_object = load_policy(f"torch:{checkpoint / 'model.pt'}")
+    assert policy_object.metadata.action.size == len(NAMES) and policy_object.metadata.chunk_length == 4
+    assert dict(policy_object.metadata.observation.cameras) == ({} if policy == "mlp" else {"scene": (24, 32)})
+    folder_policy = load_policy(str(checkpoint))  # the checkpoint folder is a policy source too
+    assert folder_policy.metadata == policy_object.metadata
+
+
+def test_a_dataset_without_what_training_needs_is_refused(synthetic, tmp_path):
+    with pytest.raises(TrainError, match="cameras"):
+        Trainer(TrainConfig(dataset=str(synthetic), policy="act", cameras=("wrist",)), tmp_path / "x").train(False)
+    with pytest.raises(TrainError, match="no meta/info.json"):
+        Trainer(TrainConfig(dataset=str(tmp_path), policy="mlp"), tmp_path / "y").train(False)
+    with pytest.raises(TrainError, match="policy 'gpt'"):
+        Trainer(TrainConfig(dataset=str(synthetic), policy="gpt"), tmp_path / "z")
+
+
+def test_demonstrations_to_a_policy_that_moves_the_twin_and_the_graph(tmp_path, stack_process, ros_client):
+    options = CollectOptions(task="franka_block_in_bowl", policy="scripted:franka_block_in_bowl", episodes=4,
+                             keep="all", envelope="operating", cameras=())
+    with TrialPool(1) as pool:
+        collect(options, tmp_path / "demos", pool, progress=False)
+    config = TrainConfig(dataset=str(tmp_path / "demos"), policy="mlp", steps=300, batch=64, checkpoint_every=300)
+    checkpoint = Trainer(config, tmp_path / "run").train(progress=False)
+    # In the trial runner: the checkpoint folder as the policy; its recorded states show the arm moving.
+    spec = TrialSpec.of(str(checkpoint), "franka_block_in_bowl", {}, 7)
+    result, recorded = TrialWorker().run_recorded(spec, partial(DemonstrationRecorder, (), (2, 2)))
+    states = recorded["observation.state"]
+    assert result.detail == "", result.detail
+    assert np.ptp(states[:, :7], axis=0).max() > 0.05, "the trained policy should move the arm"
+    # On the graph: policy_node runs the same folder.
+    stack = {"name": "trained", "nodes": [
+        {"name": "driver", "executable": "driver_node", "parameters": [
+            "config/robots/franka_fr3.yaml",
+            {"backend": "sim", "scene": "config/scenes/franka_table.yaml", "camera_rate_hz": 0.0}],
+         "on_exit": "stop"},
+        {"name": "policy", "executable": "policy_node", "parameters": [
+            {"robot": "franka_fr3", "policy": str(checkpoint), "command_rate_hz": 100.0, "use_sim_time": True}],
+         "on_exit": "stop"}]}
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    proc = stack_process(str(path))
+    client = ros_client()
+    arm = FR3.group("arm").joints
+    start = client.wait_for_joint_states(60).positions_of(arm)
+    assert client.wait_for_subscriber(Topics.position_commands("arm"), Float64MultiArray, 30)
+    assert client.wait_for(lambda: policy_status(client) is not None, 30), proc.output
+    reply = trigger(client, "start")
+    assert reply.success, reply.message
+    assert client.wait_for(lambda: np.abs(client.positions(arm) - start).max() > 0.05, 60), \
+        (policy_status(client), proc.output[-3000:])
+    assert policy_status(client)[1]["errors"] == "0", policy_status(client)
+
+
+def test_warm_up_is_short_for_short_runs():
+    config = TrainConfig(dataset="x", steps=50, learning_rate=1.0)
+    assert trainer_module._learning_rate(config, 4) == pytest.approx(1.0)
