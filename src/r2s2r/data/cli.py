@@ -5,6 +5,7 @@
                   [--cameras a,b] [--image-size 128x96] [--privileged] --out DATASET
     r2s2r dataset info DATASET
     r2s2r dataset merge DATASET... --out DATASET
+    r2s2r dataset from-mcap EPISODE.mcap... --task TASK --out DATASET [--fps 20] [--cameras a,b] [--image-size 128x96]
 """
 
 from __future__ import annotations
@@ -101,6 +102,21 @@ def _dataset_merge(args) -> int:
     return 0
 
 
+def _dataset_from_mcap(args) -> int:
+    from r2s2r.data.from_mcap import from_mcap
+    from r2s2r.data.lerobot_v3 import open_dataset
+    from r2s2r.eval.tasks import task_files
+    # A registered task's name gives its description, so real and simulated episodes share the task text.
+    task = args.task
+    if task in task_files():
+        from r2s2r.eval.tasks import load_task
+        loaded = load_task(task)
+        task = loaded.description or loaded.name
+    cameras = tuple(c.strip() for c in (args.cameras or "").split(",") if c.strip())
+    print(open_dataset(from_mcap(args.bags, args.out, task, args.fps, cameras, args.image_size)).summary())
+    return 0
+
+
 def add_dataset_parsers(sub) -> None:
     """Register `collect` and `dataset` on the r2s2r command's subparsers."""
     co = sub.add_parser("collect", help="demonstrations in the twin, written as a LeRobot v3.0 dataset (resumable)")
@@ -133,6 +149,15 @@ def add_dataset_parsers(sub) -> None:
     mg.add_argument("datasets", nargs="+")
     mg.add_argument("--out", required=True)
     mg.set_defaults(func=_dataset_merge)
+    fm = ds.add_parser("from-mcap", help="episodes recorded with `r2s2r record` (real or proxy) as a dataset")
+    fm.add_argument("bags", nargs="+", help="episode bags (.mcap)")
+    fm.add_argument("--task", required=True, help="the task's text, or a task name (its description is taken)")
+    fm.add_argument("--fps", type=_count(1, 1000), default=20, help="frames per second (a collected dataset's: "
+                    "its task's control rate)")
+    fm.add_argument("--cameras", default=None, help="comma-separated recorded cameras to include (default: none)")
+    fm.add_argument("--image-size", type=image_size_type, default=(128, 96), help="WIDTHxHEIGHT of the images")
+    fm.add_argument("--out", required=True)
+    fm.set_defaults(func=_dataset_from_mcap)
 
 
 __all__ = ["add_replay_parser", "add_dataset_parsers", "image_size_type"]

@@ -574,9 +574,11 @@ class Dataset:
             lines.append(f"  {key}: {detail}{names}")
         for task in self.tasks:
             lines.append(f"  task: {task}")
-        if self.episodes and "r2s2r/success" in self.episodes[0]:
-            wins = sum(bool(e["r2s2r/success"]) for e in self.episodes)
-            lines.append(f"  outcomes: {wins} of {len(self.episodes)} episodes succeeded")
+        judged = [e["r2s2r/success"] for e in self.episodes if e.get("r2s2r/success") is not None]
+        if judged:
+            lines.append(f"  outcomes: {sum(judged)} of {len(judged)} judged episodes succeeded"
+                         + (f" ({len(self.episodes) - len(judged)} not judged: recorded)"
+                            if len(judged) < len(self.episodes) else ""))
         return "\n".join(lines)
 
 
