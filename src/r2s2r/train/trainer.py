@@ -187,7 +187,7 @@ class Trainer:
         model = self._model(kwargs)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
                                       weight_decay=config.weight_decay)
-        history = {"train": [], "validation": []}
+        history = {"train": [], "validation": [], "wall_s": 0.0}
         step = 0
         latest = latest_checkpoint(self.run)
         if latest is not None:
@@ -196,6 +196,7 @@ class Trainer:
             optimizer.load_state_dict(state["optimizer"])
             history = json.loads(state["history"])
             step = int(state["step"])
+        spent = history.get("wall_s", 0.0)  # the training time of the sessions before this one
         self.run.mkdir(parents=True, exist_ok=True)
         (self.run / "config.json").write_text(json.dumps(asdict(config), indent=2))
         inputs = _Inputs(data, normalizer, cameras)
@@ -218,6 +219,7 @@ class Trainer:
                 history["train"].append([step, float(loss.detach())])
                 bar.update(1)
                 if step % config.checkpoint_every == 0 or step == config.steps:
+                    history["wall_s"] = spent + time.perf_counter() - clock
                     validation = inputs.validation_loss(model, validation_frames, config.chunk_length)
                     if validation is not None:
                         history["validation"].append([step, validation])
@@ -226,7 +228,6 @@ class Trainer:
                     bar.set_postfix_str(f"loss {float(loss.detach()):.4f}, validation {shown}", refresh=False)
         finally:
             bar.close()
-        history["wall_s"] = history.get("wall_s", 0.0) + time.perf_counter() - clock
         self._curves(history)
         return last
 
