@@ -17,8 +17,9 @@ from std_msgs.msg import Float64MultiArray
 from r2s2r.contract import Topics
 from r2s2r.data.collect import CollectOptions, DemonstrationRecorder, collect, state_names
 from r2s2r.data.lerobot_v3 import Episode, Feature, write_episodes
-from r2s2r.eval.runner import TrialPool, TrialSpec, TrialWorker
-from r2s2r.policy import load_policy
+from r2s2r.eval.runner import POLICY_ERROR, TrialPool, TrialSpec, TrialWorker
+from r2s2r.policy import Observation, load_policy
+from r2s2r.policy.types import PolicyError
 from r2s2r.robots import get_robot
 from r2s2r.train import trainer as trainer_module
 from r2s2r.train.trainer import TrainConfig, Trainer, TrainError, latest_checkpoint
@@ -120,7 +121,7 @@ def test_a_dataset_without_what_training_needs_is_refused(synthetic, tmp_path):
 
 def test_demonstrations_to_a_policy_that_moves_the_twin_and_the_graph(tmp_path, stack_process, ros_client):
     options = CollectOptions(task="franka_block_in_bowl", policy="scripted:franka_block_in_bowl", episodes=4,
-                             keep="all", envelope="operating", cameras=())
+                             keep="all", envelope="operating", cameras=(), privileged=True)
     with TrialPool(1) as pool:
         collect(options, tmp_path / "demos", pool, progress=False)
     config = TrainConfig(dataset=str(tmp_path / "demos"), policy="mlp", steps=300, batch=64, checkpoint_every=300)
@@ -129,8 +130,21 @@ def test_demonstrations_to_a_policy_that_moves_the_twin_and_the_graph(tmp_path, 
     spec = TrialSpec.of(str(checkpoint), "franka_block_in_bowl", {}, 7)
     result, recorded = TrialWorker().run_recorded(spec, partial(DemonstrationRecorder, (), (2, 2)))
     states = recorded["observation.state"]
-    assert result.detail == "", result.detail
+    assert result.stage != POLICY_ERROR, result.detail  # it ran (a refused target is the policy's to learn)
     assert np.ptp(states[:, :7], axis=0).max() > 0.05, "the trained policy should move the arm"
+    # With the objects' poses (privileged): it runs in the twin, and it says why where no pose is given.
+    privileged = Trainer(TrainConfig(**{**config.__dict__, "privileged": True, "steps": 100, "checkpoint_every": 100}),
+                         tmp_path / "privileged").train(progress=False)
+    policy = load_policy(str(privileged))
+    assert policy.metadata.observation.environment == ("block", "bowl")
+    assert policy.metadata.observation.size == len(NAMES) + 14
+    result, recorded = TrialWorker().run_recorded(TrialSpec.of(str(privileged), "franka_block_in_bowl", {}, 7),
+                                                  partial(DemonstrationRecorder, (), (2, 2)))
+    assert result.stage != POLICY_ERROR, result.detail
+    assert np.ptp(recorded["observation.state"][:, :7], axis=0).max() > 0.05
+    blind = Observation(0.0, {"arm": np.zeros(7)}, {"gripper": 0.04})
+    with pytest.raises(PolicyError, match="privileged"):
+        policy.act(blind)
     # On the graph: policy_node runs the same folder.
     stack = {"name": "trained", "nodes": [
         {"name": "driver", "executable": "driver_node", "parameters": [

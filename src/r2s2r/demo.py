@@ -1,6 +1,7 @@
 """`r2s2r demo`: bring up the Franka twin stack, drive it over DDS from this process, check the
 arm arrived, save a camera frame, shut the stack down cleanly, then search the scripted
-expert's failures on franka_block_in_bowl and print the path of the report."""
+expert's failures on franka_block_in_bowl and print the path of the report, and last collect
+expert demonstrations, train a state policy on them and evaluate it (train.demo)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,14 @@ def run(out_dir: str = "demo_output") -> int:
         _say(f"failure search: {BUDGET} CEM trials of {TASK} with its scripted expert, 2 workers")
         report = run_search_demo(out / "search")
         _say(f"failure search report: {report.resolve()}")
+        from r2s2r.train.demo import ENVELOPE, EPISODES, STEPS, TRIALS, run_data_demo
+        _say(f"data: {EPISODES} expert episodes of {TASK} ({ENVELOPE} envelope) into a LeRobot v3.0 dataset, a state "
+             f"policy trained {STEPS} steps, both evaluated on {TRIALS} held-out trials")
+        data = run_data_demo(out / "data")
+        _say(f"dataset: {data.dataset} (r2s2r dataset info {data.dataset})")
+        _say(f"checkpoint: {data.checkpoint} (loss curves: {data.losses})")
+        _say(f"held-out trials: trained policy {data.policy_successes}/{data.trials}, expert "
+             f"{data.expert_successes}/{data.trials} (a short training: bench/train_and_eval.py trains for real)")
     _say("demo passed" if ok else "demo FAILED")
     return 0 if ok else 1
 

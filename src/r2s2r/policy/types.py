@@ -42,6 +42,9 @@ def _as_names(source, key: str, value) -> tuple[str, ...]:
     return tuple(value)
 
 
+POSE_SIZE = 7  # an object's pose in a state vector: position xyz, quaternion wxyz
+
+
 @dataclass(frozen=True)
 class ActionSpace:
     """Joint position targets per group (group -> joint count) and gripper openings."""
@@ -72,19 +75,30 @@ class ObservationSpace(ActionSpace):
     """What the policy observes: the joint layout of ActionSpace, plus cameras and task text.
 
     `cameras` maps a camera name to the (height, width) the model takes, or None where the
-    policy takes the image as it comes (a remote server resizes for itself).
+    policy takes the image as it comes (a remote server resizes for itself). `environment`
+    names objects whose poses (position xyz, quaternion wxyz) follow the grippers in the state:
+    privileged, given by the twin only, so such a policy runs in the evaluation engine and not
+    on the live graph.
     """
 
     cameras: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     task: bool = False
+    environment: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return super().size + POSE_SIZE * len(self.environment)
 
     def to_dict(self) -> dict:
-        return super().to_dict() | {"cameras": {c: (list(s) if s else None) for c, s in self.cameras.items()},
-                                    "task": self.task}
+        out = super().to_dict() | {"cameras": {c: (list(s) if s else None) for c, s in self.cameras.items()},
+                                   "task": self.task}
+        if self.environment:
+            out["environment"] = list(self.environment)
+        return out
 
     @classmethod
     def from_section(cls, sec: Section) -> "ObservationSpace":
-        sec.reject_unknown({"joints", "grippers", "cameras", "task"})
+        sec.reject_unknown({"joints", "grippers", "cameras", "task", "environment"})
         cameras_raw = sec.raw("cameras", {}) or {}
         if isinstance(cameras_raw, list):
             cameras_raw = {name: None for name in _as_names(sec.source, sec.key("cameras"), cameras_raw)}
@@ -99,7 +113,8 @@ class ObservationSpace(ActionSpace):
             cameras[str(name)] = size
         return cls(_as_dims(sec.source, sec.key("joints"), sec.raw("joints")),
                    _as_names(sec.source, sec.key("grippers"), sec.raw("grippers", [])),
-                   cameras, sec.boolean("task", False))
+                   cameras, sec.boolean("task", False),
+                   _as_names(sec.source, sec.key("environment"), sec.raw("environment", [])))
 
 
 @dataclass(frozen=True)
@@ -182,6 +197,13 @@ class Observation:
                 raise PolicyError(f"observation of group {group!r} has {values.size} positions, expected {n}")
             parts.append(values)
         parts.append(np.array([float(self.grippers[g]) for g in space.grippers]))
+        for name in getattr(space, "environment", ()):
+            if name not in self.objects:
+                raise PolicyError(f"observation has no pose of {name!r}; the policy observes privileged object "
+                                  "poses, which only the twin gives (it runs in the evaluation engine, not on the "
+                                  "live graph)")
+            position, quaternion = self.objects[name]
+            parts.append(np.concatenate([np.asarray(position, float).ravel(), np.asarray(quaternion, float).ravel()]))
         return np.concatenate(parts)
 
 

@@ -18,7 +18,8 @@ def _train(args) -> int:
     config = TrainConfig(dataset=str(Path(args.dataset).resolve()), policy=args.policy, steps=args.steps,
                          batch=args.batch, seed=args.seed, chunk_length=args.chunk_length,
                          learning_rate=args.learning_rate, checkpoint_every=args.checkpoint_every,
-                         image_size=args.image_size, cameras=cameras, threads=args.threads)
+                         image_size=args.image_size, cameras=cameras, threads=args.threads,
+                         privileged=args.privileged)
     try:
         last = Trainer(config, args.out).train(progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -45,6 +46,9 @@ def add_train_parser(sub) -> None:
     tr.add_argument("--checkpoint-every", type=_count(1, 10**7), default=500, help="steps between checkpoints")
     tr.add_argument("--image-size", type=image_size_type, default=(64, 48), help="WIDTHxHEIGHT the act policy sees")
     tr.add_argument("--cameras", default=None, help="comma-separated cameras for act (default: the dataset's)")
+    tr.add_argument("--privileged", action="store_true",
+                    help="also observe the objects' poses (a dataset collected with --privileged); such a policy "
+                         "runs in the twin only, for fast studies")
     tr.add_argument("--threads", type=_count(1, 256), default=2, help="torch CPU threads")
     tr.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -4,6 +4,11 @@ Both follow the tensor-model contract of policy.tensor (normalised state, then o
 image in [0, 1] per camera; out (B, T, A) normalised actions), so a checkpoint runs through the
 `torch:` loader in the evaluation engine and in policy_node unchanged.
 
+Both clamp their output to the range of the actions they were trained on (`action_low`,
+`action_high`, normalised, a hair inside): a regression lands a little past the demonstrated
+extremes (a gripper opened 0.3 mm beyond its limit), and the driver refuses such a command
+whole, as it must.
+
 - `StateMLP`: the state through an MLP to a whole action chunk.
 - `ActPolicy`: ACT's shape at a small size (Zhao et al., 2023, "Learning Fine-Grained Bimanual
   Manipulation with Low-Cost Hardware"): a small CNN per camera whose feature map becomes
@@ -18,9 +23,24 @@ import torch
 from torch import nn
 
 
-class StateMLP(nn.Module):
-    def __init__(self, state_size: int, action_size: int, chunk_length: int, hidden: int = 256, layers: int = 3):
+class _Clamped(nn.Module):
+    """Keeps outputs within the trained actions' range (None: unbounded)."""
+
+    def _bounds(self, action_size: int, low, high) -> None:
+        self.register_buffer("action_low", torch.tensor(low if low is not None else [-torch.inf] * action_size,
+                                                        dtype=torch.float32))
+        self.register_buffer("action_high", torch.tensor(high if high is not None else [torch.inf] * action_size,
+                                                         dtype=torch.float32))
+
+    def clamp(self, actions: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
+
+
+class StateMLP(_Clamped):
+    def __init__(self, state_size: int, action_size: int, chunk_length: int, hidden: int = 256, layers: int = 3,
+                 action_low: list[float] | None = None, action_high: list[float] | None = None):
         super().__init__()
+        self._bounds(action_size, action_low, action_high)
         self.action_size, self.chunk_length = action_size, chunk_length
         blocks, width = [], state_size
         for _ in range(layers):
@@ -30,7 +50,7 @@ class StateMLP(nn.Module):
         self.head = nn.Linear(hidden, chunk_length * action_size)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(state)).reshape(state.shape[0], self.chunk_length, self.action_size)
+        return self.clamp(self.head(self.body(state)).reshape(state.shape[0], self.chunk_length, self.action_size))
 
 
 def _backbone(channels: tuple[int, ...], width: int) -> nn.Sequential:
@@ -44,11 +64,13 @@ def _backbone(channels: tuple[int, ...], width: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class ActPolicy(nn.Module):
+class ActPolicy(_Clamped):
     def __init__(self, state_size: int, action_size: int, chunk_length: int, cameras: int, image_height: int,
                  image_width: int, width: int = 128, heads: int = 4, encoder_layers: int = 2, decoder_layers: int = 2,
-                 feedforward: int = 512, dropout: float = 0.1, channels: tuple[int, ...] = (32, 64, 128)):
+                 feedforward: int = 512, dropout: float = 0.1, channels: tuple[int, ...] = (32, 64, 128),
+                 action_low: list[float] | None = None, action_high: list[float] | None = None):
         super().__init__()
+        self._bounds(action_size, action_low, action_high)
         if cameras < 1:
             raise ValueError("ActPolicy needs one camera at least; StateMLP takes the state alone")
         self.action_size, self.chunk_length = action_size, chunk_length
@@ -77,7 +99,7 @@ class ActPolicy(nn.Module):
             tokens.append(backbone(image).flatten(2).transpose(1, 2))  # (B, h * w, width)
         memory = self.encoder(torch.cat(tokens, dim=1) + self.position)
         queries = self.queries.expand(state.shape[0], -1, -1)
-        return self.head(self.decoder(queries, memory))
+        return self.clamp(self.head(self.decoder(queries, memory)))
 
 
 __all__ = ["StateMLP", "ActPolicy"]

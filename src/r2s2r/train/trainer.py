@@ -28,6 +28,7 @@ import numpy as np
 from r2s2r.data.lerobot_v3 import DatasetError, open_dataset
 
 POLICIES = ("mlp", "act")
+ENVIRONMENT = "observation.environment_state"
 CHECKPOINTS = "checkpoints"
 WARMUP_STEPS = 100
 
@@ -50,6 +51,8 @@ class TrainConfig:
     validation_share: float = 0.1
     image_size: tuple[int, int] = (64, 48)  # width, height the image policy is trained at
     cameras: tuple[str, ...] | None = None  # None: every camera of the dataset
+    # Also observe observation.environment_state (the objects' poses: privileged, the twin's only).
+    privileged: bool = False
     threads: int = 2  # the two cores of a CI machine; results are deterministic for a thread count
     model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
 
@@ -70,19 +73,26 @@ class TrainingData:
     """Every frame of a dataset in memory: states, actions, images (uint8, at the training size)
     and, per frame, where its episode ends (an action chunk stops there, padded and masked)."""
 
-    def __init__(self, root: str | Path, cameras: tuple[str, ...], image_size: tuple[int, int]):
+    def __init__(self, root: str | Path, cameras: tuple[str, ...], image_size: tuple[int, int],
+                 privileged: bool = False):
         import cv2
         self.dataset = dataset = open_dataset(root)
-        for key in ("observation.state", "action"):
+        needed = ("observation.state", "action") + ((ENVIRONMENT,) if privileged else ())
+        for key in needed:
             if key not in dataset.features:
-                raise TrainError(f"{root}: the dataset has no {key}; expected r2s2r's layout (docs/datasets.md)")
+                raise TrainError(f"{root}: the dataset has no {key}; expected r2s2r's layout (docs/datasets.md)"
+                                 + (" collected with --privileged" if key == ENVIRONMENT else ""))
+        self.privileged = privileged
         self.cameras = cameras
         states, actions, ends, episode_of, images = [], [], [], [], {c: [] for c in cameras}
         start = 0
         for index in range(len(dataset.episodes)):
             episode = dataset.episode(index, videos=bool(cameras))
             n = len(episode.frames["action"])
-            states.append(episode.frames["observation.state"])
+            state = episode.frames["observation.state"]
+            if privileged:  # the objects' poses follow the joints, as ObservationSpace.environment puts them
+                state = np.concatenate([state, episode.frames[ENVIRONMENT]], axis=1)
+            states.append(state)
             actions.append(episode.frames["action"])
             ends.append(np.full(n, start + n))
             episode_of.append(np.full(n, index))
@@ -111,14 +121,23 @@ class TrainingData:
         return np.nonzero(~validation)[0], np.nonzero(validation)[0]
 
 
-def normalizer_for(dataset, cameras) -> "object":
+def environment_objects(dataset) -> tuple[str, ...]:
+    """The objects of observation.environment_state, in order (its names are OBJECT.FIELD)."""
+    names = dataset.features[ENVIRONMENT].names or []
+    return tuple(dict.fromkeys(n.rsplit(".", 1)[0] for n in names))
+
+
+def normalizer_for(dataset, cameras, privileged: bool = False) -> "object":
     from r2s2r.policy.normalize import FeatureStats, Normalizer
     features = {}
-    for name, key in (("state", "observation.state"), ("action", "action")):
-        stats = dataset.stats.get(key)
-        if not stats:
-            raise TrainError(f"{dataset.root}: meta/stats.json has no statistics of {key}")
-        features[name] = FeatureStats("mean_std", {"mean": np.array(stats["mean"]), "std": np.array(stats["std"])})
+    for name, keys in (("state", ("observation.state",) + ((ENVIRONMENT,) if privileged else ())),
+                       ("action", ("action",))):
+        missing = [k for k in keys if not dataset.stats.get(k)]
+        if missing:
+            raise TrainError(f"{dataset.root}: meta/stats.json has no statistics of {', '.join(missing)}")
+        mean = np.concatenate([np.array(dataset.stats[k]["mean"], float) for k in keys])
+        std = np.concatenate([np.array(dataset.stats[k]["std"], float) for k in keys])
+        features[name] = FeatureStats("mean_std", {"mean": mean, "std": std})
     for camera in cameras:
         stats = dataset.stats[f"observation.images.{camera}"]
         features[f"image.{camera}"] = FeatureStats("mean_std", {"mean": np.array(stats["mean"]),
@@ -173,17 +192,14 @@ class Trainer:
         torch.set_num_threads(config.threads)
         torch.use_deterministic_algorithms(True)
         try:
-            data = TrainingData(config.dataset, (), config.image_size) if config.policy == "mlp" else None
-            if data is None:
-                cameras = self._cameras()
-                data = TrainingData(config.dataset, cameras, config.image_size)
+            cameras = self._cameras() if config.policy == "act" else ()
+            data = TrainingData(config.dataset, cameras, config.image_size, config.privileged)
         except DatasetError as exc:
             raise TrainError(str(exc)) from None
-        cameras = data.cameras
         train_frames, validation_frames = data.split(config.validation_share, config.seed)
-        normalizer = normalizer_for(data.dataset, cameras)
+        normalizer = normalizer_for(data.dataset, cameras, config.privileged)
         metadata = self._metadata(data.dataset, cameras)
-        kwargs = self._model_kwargs(data, cameras)
+        kwargs = self._model_kwargs(data, cameras, normalizer)
         model = self._model(kwargs)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
                                       weight_decay=config.weight_decay)
@@ -248,12 +264,20 @@ class Trainer:
         joints = {g.name: len(g.joints) for g in robot.groups}
         grippers = tuple(g.name for g in robot.grippers)
         width, height = self.config.image_size
-        return PolicyMetadata(ObservationSpace(joints, grippers, {c: (height, width) for c in cameras}, False),
+        environment = environment_objects(dataset) if self.config.privileged else ()
+        return PolicyMetadata(ObservationSpace(joints, grippers, {c: (height, width) for c in cameras}, False,
+                                               environment),
                               ActionSpace(joints, grippers), float(dataset.fps), self.config.chunk_length, robot.name)
 
-    def _model_kwargs(self, data: TrainingData, cameras) -> dict:
+    def _model_kwargs(self, data: TrainingData, cameras, normalizer) -> dict:
+        # The trained actions' range, normalised, a hair inside so float32 rounding stays within it.
+        scale = normalizer.features["action"]
+        low, high = scale.apply(data.actions.min(axis=0).astype(np.float64)), \
+            scale.apply(data.actions.max(axis=0).astype(np.float64))
+        margin = 1e-4 * np.maximum(high - low, 1e-6)
         sizes = {"state_size": data.states.shape[1], "action_size": data.actions.shape[1],
-                 "chunk_length": self.config.chunk_length}
+                 "chunk_length": self.config.chunk_length,
+                 "action_low": (low + margin).astype(float).tolist(), "action_high": (high - margin).astype(float).tolist()}
         if self.config.policy == "act":
             width, height = self.config.image_size
             sizes.update(cameras=len(cameras), image_height=height, image_width=width)
