@@ -20,10 +20,11 @@ MAY_IMPORT = {
     "policy": {"contract"},
     "eval": {"sim", "hardware", "policy", "camera", "robots", "contract", "search"},
     "search": {"sim", "hardware", "policy", "camera", "robots", "contract", "eval"},
-    "real2sim": ABOVE_DATA | {"skills", "data"},
-    "skills": ABOVE_DATA | {"real2sim", "data"},
-    "data": ABOVE_DATA | {"real2sim", "skills"},
-    "nodes": ABOVE_DATA | {"real2sim", "skills", "data"},
+    "real2sim": ABOVE_DATA | {"skills", "data", "train"},
+    "skills": ABOVE_DATA | {"real2sim", "data", "train"},
+    "data": ABOVE_DATA | {"real2sim", "skills", "train"},
+    "train": ABOVE_DATA | {"real2sim", "skills", "data"},
+    "nodes": ABOVE_DATA | {"real2sim", "skills", "data", "train"},
 }
 ROS = ("rclpy", "rosidl", "rosgraph_msgs", "sensor_msgs", "std_msgs", "std_srvs", "trajectory_msgs", "geometry_msgs",
        "diagnostic_msgs", "builtin_interfaces", "rcl_interfaces", "launch", "launch_ros")
