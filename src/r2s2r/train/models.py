@@ -10,8 +10,8 @@ extremes (a gripper opened 0.3 mm beyond its limit), and the driver refuses such
 whole, as it must.
 
 - `StateMLP`: the state through an MLP to a whole action chunk.
-- `ActPolicy`: ACT's shape at a small size (Zhao et al., 2023, "Learning Fine-Grained Bimanual
-  Manipulation with Low-Cost Hardware"): a small CNN per camera whose feature map becomes
+- `ActPolicy`: ACT's shape (Zhao et al., 2023, "Learning Fine-Grained Bimanual Manipulation with
+  Low-Cost Hardware") at a size two CPU cores train: a small CNN per camera whose feature map becomes
   tokens, a transformer encoder over the state token and the image tokens, and a transformer
   decoder whose T learned queries read out the chunk. Without the CVAE: r2s2r's experts are
   scripted and unimodal, and its chunks are ensembled or replanned by the runtime.
@@ -66,8 +66,8 @@ def _backbone(channels: tuple[int, ...], width: int) -> nn.Sequential:
 
 class ActPolicy(_Clamped):
     def __init__(self, state_size: int, action_size: int, chunk_length: int, cameras: int, image_height: int,
-                 image_width: int, width: int = 128, heads: int = 4, encoder_layers: int = 2, decoder_layers: int = 2,
-                 feedforward: int = 512, dropout: float = 0.1, channels: tuple[int, ...] = (32, 64, 128),
+                 image_width: int, width: int = 64, heads: int = 4, encoder_layers: int = 2, decoder_layers: int = 2,
+                 feedforward: int = 256, dropout: float = 0.1, channels: tuple[int, ...] = (16, 32, 64),
                  action_low: list[float] | None = None, action_high: list[float] | None = None):
         super().__init__()
         self._bounds(action_size, action_low, action_high)
