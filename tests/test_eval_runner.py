@@ -127,8 +127,10 @@ def test_a_campaign_killed_with_sigkill_resumes_without_losing_or_repeating_a_tr
 def test_ctrl_c_stops_a_campaign_cleanly_and_the_same_command_resumes_it(task_file, tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-campaign: one line
     saying how many trials are stored and how to resume, exit code 130, no traceback from the
-    parent or its workers, no leaked semaphores; the same command then finishes the campaign."""
-    trials = 60
+    parent or its workers, no leaked semaphores; the same command then finishes the campaign.
+    Enough trials that a loaded machine cannot finish them all before the test sees five stored
+    (with 60, three runs of the suite on a loaded machine saw the campaign end first)."""
+    trials = 400
     out = tmp_path / "interrupted"
     args = [sys.executable, "-m", "r2s2r.cli", "eval", "--task", task_file, "--policy", HOLD, "--trials", str(trials),
             "--workers", "2", "--out", str(out), "--no-images", "--no-progress"]
