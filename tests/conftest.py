@@ -24,6 +24,21 @@ pytest.register_assert_rewrite("tests.backend_helpers", "tests.kinematics")
 from tests.ros_helpers import StackProcess  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _normal_scheduling(request):
+    """Keep the test process SCHED_OTHER. Something in the suite left its main thread SCHED_FIFO
+    at priority 99 (running as root, where a native SDK's request for real-time priority
+    succeeds); every process a later test started inherited it, and two real-time nodes at the
+    kernel's 95 % cap starved the test waiting on them for over half an hour. Reset after each
+    test, with a warning that names the test."""
+    yield
+    if hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        import warnings
+        warnings.warn(f"{request.node.nodeid} left the test process with real-time scheduling; reset to "
+                      "SCHED_OTHER", stacklevel=1)
+
+
 @pytest.fixture
 def stack_process():
     """Start `r2s2r up STACK` as a subprocess; stopped (and checked to stop) after the test."""
