@@ -35,7 +35,10 @@ STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
 FRAME_TOLERANCE_S = 1e-4  # a decoded frame's time may differ from the asked one by this much (lerobot's)
 # Every other frame a keyframe, as lerobot encodes: a random frame decodes after at most one other.
 GOP = 2
-CODECS = ("libsvtav1", "libx264", "libopenh264")  # PyAV's FFmpeg may lack some: the first it has
+# H.264 first: SVT-AV1 raises the priority of the thread that opens it to SCHED_FIFO where it may
+# (as root), and every process that thread starts then inherits real-time priority (the test
+# suite hung on it). PyAV's FFmpeg may lack some: the first it has.
+CODECS = ("libx264", "libopenh264", "libsvtav1")
 IMAGE_NAMES = ["height", "width", "channels"]
 
 
@@ -169,7 +172,7 @@ class _VideoFile:
 
     def __init__(self, path: Path, fps: int, width: int, height: int, codec: str, crf: int):
         import av
-        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration otherwise: errors only
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1, if it is the one: errors only, not its whole configuration
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.fps, self.frames = path, fps, 0
         self.muxed_bytes, self.muxed_packets = 0, 0
