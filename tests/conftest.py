@@ -32,6 +32,11 @@ def _normal_scheduling(request):
     kernel's 95 % cap starved the test waiting on them for over half an hour. Reset after each
     test, with a warning that names the test."""
     yield
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # inherited by every process started later
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        import warnings
+        warnings.warn(f"{request.node.nodeid} left SIGINT ignored in the test process; restored", stacklevel=1)
     if hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         import warnings

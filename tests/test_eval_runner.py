@@ -134,8 +134,11 @@ def test_ctrl_c_stops_a_campaign_cleanly_and_the_same_command_resumes_it(task_fi
     out = tmp_path / "interrupted"
     args = [sys.executable, "-m", "r2s2r.cli", "eval", "--task", task_file, "--policy", HOLD, "--trials", str(trials),
             "--workers", "2", "--out", str(out), "--no-images", "--no-progress"]
+    # Started as a terminal's shell starts a command: SIGINT at its default (an ignored SIGINT is
+    # inherited, and a process started with it ignored keeps ignoring it, as nohup intends).
     proc = subprocess.Popen(args, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     store_path = out / "trials.sqlite"
     deadline = time.monotonic() + 120
     while _stored(store_path) < 5 and proc.poll() is None and time.monotonic() < deadline:
