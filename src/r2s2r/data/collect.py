@@ -100,10 +100,9 @@ class DemonstrationRecorder(RecordingObserver):
         self.states.append(state)
         if command is None:  # nothing commanded yet: the driver holds where the arm is
             self.actions.append(state.copy())
-        else:
-            self.actions.append(np.concatenate([np.asarray(command.joints[g], float).ravel()
-                                                for g in self._space.joints] +
-                                               [[float(command.grippers[g])] for g in self._space.grippers]))
+        else:  # the command's targets in the state's layout, flattened as an observation is
+            from r2s2r.policy import Observation
+            self.actions.append(Observation(command.stamp, command.joints, command.grippers).state(self._space))
         if self.object_names:
             self.objects.append(np.concatenate([np.concatenate(observation.objects[name])
                                                 for name in self.object_names]))

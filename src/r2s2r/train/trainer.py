@@ -70,13 +70,13 @@ class TrainConfig:
 
 # -- the data ------------------------------------------------------------------------------------------
 class TrainingData:
-    """Every frame of a dataset in memory: states, actions, images (uint8, at the training size)
+    """Every frame of an opened dataset (lerobot_v3.Dataset) in memory: states, actions, images (uint8, at the training size)
     and, per frame, where its episode ends (an action chunk stops there, padded and masked)."""
 
-    def __init__(self, root: str | Path, cameras: tuple[str, ...], image_size: tuple[int, int],
-                 privileged: bool = False):
+    def __init__(self, dataset, cameras: tuple[str, ...], image_size: tuple[int, int], privileged: bool = False):
         import cv2
-        self.dataset = dataset = open_dataset(root)
+        self.dataset = dataset
+        root = dataset.root
         needed = ("observation.state", "action") + ((ENVIRONMENT,) if privileged else ())
         for key in needed:
             if key not in dataset.features:
@@ -192,8 +192,9 @@ class Trainer:
         torch.set_num_threads(config.threads)
         torch.use_deterministic_algorithms(True)
         try:
-            cameras = self._cameras() if config.policy == "act" else ()
-            data = TrainingData(config.dataset, cameras, config.image_size, config.privileged)
+            dataset = open_dataset(config.dataset)  # checked once: every file, every video's length
+            cameras = self._cameras(dataset) if config.policy == "act" else ()
+            data = TrainingData(dataset, cameras, config.image_size, config.privileged)
         except DatasetError as exc:
             raise TrainError(str(exc)) from None
         train_frames, validation_frames = data.split(config.validation_share, config.seed)
@@ -247,8 +248,7 @@ class Trainer:
         self._curves(history)
         return last
 
-    def _cameras(self) -> tuple[str, ...]:
-        dataset = open_dataset(self.config.dataset)
+    def _cameras(self, dataset) -> tuple[str, ...]:
         available = [k.removeprefix("observation.images.") for k in dataset.video_keys]
         cameras = tuple(self.config.cameras) if self.config.cameras is not None else tuple(available)
         unknown = [c for c in cameras if c not in available]
