@@ -332,8 +332,9 @@ def hostile_session(loop: ControlLoop, peer: PeerLog, seed: int) -> HostileRecor
                 record.refused_while_latched += 1
                 continue
             (record.refused if error is not None else record.taken)[command.channel, command.kind] += 1
-            # A valid command is taken, or refused because its target would touch the cell or the robot.
-            assert (error is None) == command.valid or (command.valid and "the target puts" in error), \
+            # A valid command is taken, or refused because its target (or opening) would touch the cell or the robot.
+            assert (error is None) == command.valid or \
+                (command.valid and ("the target puts" in error or "the opening puts" in error)), \
                 f"{command.channel} {command.kind} for {command.target} ({command.values}): " \
                 f"{'taken' if error is None else error}"
 

@@ -19,7 +19,7 @@ from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.robots import registry
 from r2s2r.robots.model import subtree
-from r2s2r.sim.collision import DEFAULT_MARGIN_M, FINGER_DEPTH_M, CollisionGuard
+from r2s2r.sim.collision import DEFAULT_MARGIN_M, FINGER_DEPTH_M, SELF_MARGIN_M, CollisionGuard
 from r2s2r.sim.scene import ObjectSpec, Scene, load_scene
 from tests.backend_helpers import hostile_round, send_to_controller
 from tests.test_twin_servos import SPEED_TOLERANCE
@@ -89,6 +89,49 @@ def test_targets_that_touch_the_cell_or_the_robot_are_refused_and_change_nothing
                                       hw.now)
     # Home is clear: taken.
     controller.command_positions(group.name, robot.home_positions[index], hw.now)
+
+
+def test_a_gripper_opening_into_the_robot_is_refused_and_closing_is_taken():
+    """Fingers travel at their gripper's speed: an opening that would put one into a link (here one
+    of ALOHA's arms folded against its own fingers; in a DDS test, one hand opening into the other)
+    is refused by name and changes nothing, and closing away from the contact is taken."""
+    robot = registry()["aloha"]
+    guard = CollisionGuard(robot, stack_scene("aloha"))
+    (left_open, _), (closed, wide) = robot.grippers[0].opening_range[::-1], robot.grippers[1].opening_range
+    rng = np.random.default_rng(0)
+    for _ in range(20000):  # a pose where the right fingers are clear closed and in contact wide open
+        q = rng.uniform(robot.limits.lower, robot.limits.upper)
+        if guard.clearance(q, [left_open, closed], slow=False).clear and \
+                not guard.clearance(q, [left_open, wide], slow=False).clear:
+            break
+    else:
+        raise AssertionError("no pose in 20000 where opening the right gripper touches the robot")
+    controller = JointController(robot, q, guard=guard)
+    controller.command_gripper("left_gripper", [left_open])
+    controller.command_gripper("right_gripper", [closed])  # closing: the fingers move away
+    with pytest.raises(CommandError, match=r"right_gripper_controller/commands: the opening puts right_\w+_finger"
+                                           r"_link .* expected fingers that stay"):
+        controller.command_gripper("right_gripper", [wide])
+    assert controller.gripper_openings()[1] == closed and controller.stats.rejected["right_gripper"] == 1
+    controller.command_gripper("right_gripper", [closed + 0.001])
+
+
+def test_a_gripper_whose_fingers_would_sweep_through_a_link_is_refused_though_both_ends_are_clear():
+    robot = registry()["aloha"]
+    guard = CollisionGuard(robot, stack_scene("aloha"))
+    closed, wide = robot.grippers[1].opening_range
+    rng = np.random.default_rng(0)
+
+    def clear(q, opening):
+        return guard.clearance(q, [wide, opening], slow=False, margin=SELF_MARGIN_M).clear
+    for _ in range(60000):  # a pose where the right fingers pass something halfway open
+        q = rng.uniform(robot.limits.lower, robot.limits.upper)
+        if clear(q, closed) and clear(q, wide) and not clear(q, (closed + wide) / 2):
+            break
+    else:
+        raise AssertionError("no pose in 60000 where the right fingers pass something on the way")
+    assert guard.opening_error("right", q, [wide, closed], [wide, closed]) == ""
+    assert "right: the opening puts right_" in guard.opening_error("right", q, [wide, closed], [wide, wide])
 
 
 def sweep_with_a_wall(robot):

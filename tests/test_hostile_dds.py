@@ -199,22 +199,42 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
 
     guard = guard_for(hardware.scene)
 
+    sent_targets: dict[str, tuple] = {}  # per group: its columns in names, the last valid target sent
+    sent_openings: dict[int, float] = {}  # and per gripper
+
     def clear_of_the_cell(command) -> bool:
-        """Whether a valid target keeps every link, fingers too, outside the margins. The check lets
-        fingers touch the cell slowly (a grasp near the table); that is contact, and its impact is
-        beyond any acceleration bound (a finger set on the table took an RB-Y1 wrist to 8x its
-        limit in process), so the valid targets here keep the fingers clear, as at speed."""
+        """Whether a valid command keeps every link, fingers too, outside the margins, with the other
+        groups at the targets last sent to them and each gripper as wide as it is or was last sent
+        (what the driver may be moving them to). The check lets fingers and hands touch slowly (a
+        grasp near the table, a handover); that is contact, and its impact is beyond any
+        acceleration bound (a finger set on the table took an RB-Y1 wrist to 8x its limit in
+        process, one hand opened into the other took ALOHA's to 25x), so the valid commands here
+        keep fingers and hands clear, as at speed."""
         joints = client.joints
-        if not command.valid or command.channel == "gripper" or joints is None:
+        if not command.valid or joints is None or command.target not in robot.group_names + \
+                tuple(g.name for g in robot.grippers):
             return True
-        here = joints.positions_of(names)
-        openings = [joints.positions_of(g.joints).sum() for g in robot.grippers]
+        pose = joints.positions_of(names)
+        for columns, values in sent_targets.values():
+            pose[columns] = values
+        measured = [joints.positions_of(g.joints).sum() for g in robot.grippers]
+        openings = np.array([max(m, sent_openings.get(i, m)) for i, m in enumerate(measured)])
+        if command.channel == "gripper":
+            k = [g.name for g in robot.grippers].index(command.target)
+            sweep = [openings.copy() for _ in range(9)]
+            for share, row in zip(np.linspace(0.0, 1.0, 9), sweep):
+                row[k] = measured[k] + share * (float(command.values[0]) - measured[k])
+            if all(guard.clearance(pose, row, slow=False).clear for row in sweep):
+                sent_openings[k] = float(command.values[0])
+                return True
+            return False
         columns = [names.index(j) for j in (command.names or robot.group(command.target).joints)]
         for row in np.atleast_2d(command.values):
-            pose = here.copy()
-            pose[columns] = row
-            if not guard.clearance(pose, openings, slow=False).clear:
+            candidate = pose.copy()
+            candidate[columns] = row
+            if not guard.clearance(candidate, openings, slow=False).clear:
                 return False
+        sent_targets[command.target] = (columns, np.atleast_2d(command.values)[-1])
         return True
 
     def hostile(trajectories: bool):

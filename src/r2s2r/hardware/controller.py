@@ -168,14 +168,27 @@ class JointController:
             check_finite(label, values)
             lo, hi = self.grippers[gripper].opening_range
             check_within(label, values, np.array([lo]), np.array([hi]), (gripper,), unit="m")
+            with self._lock:
+                self._check_fingers_clear(label, gripper, float(values[0]))
+                self.gripper_targets[gripper] = float(values[0])
+                self._measure_clearance()  # the fingers move: what the arm's motion is compared with
         except CommandError as error:
             self._reject(gripper, error, now)
             raise
-        with self._lock:
-            self.gripper_targets[gripper] = float(values[0])
-            self._measure_clearance()  # the fingers move: what the arm's motion is compared with
         self.stats.accepted[gripper] += 1
         self.stats.last_accepted_time = now
+
+    def _check_fingers_clear(self, label: str, gripper: str, opening: float) -> None:
+        """Refuse an opening that moves the fingers into contact with the cell or the robot (the
+        other hand of a bimanual robot) at the arm's setpoint. Call with the lock held."""
+        if self.guard is None:
+            return
+        openings = self._openings()
+        changed = openings.copy()
+        changed[list(self.grippers).index(gripper)] = opening
+        error = self.guard.opening_error(label, self.limiter.position, openings, changed)
+        if error:
+            raise CommandError(error)
 
     def _openings(self) -> np.ndarray:
         return np.array([self.gripper_targets[g] for g in self.grippers])

@@ -47,6 +47,8 @@ CONTACT_SLACK_M = 0.01
 # puts ALOHA's fingertips 2 mm above it, a smaller block lower; in a handover one arm's fingers
 # meet the other's wrist), pressed in no deeper than this.
 FINGER_DEPTH_M = 0.003
+# A gripper command's sweep of the fingers is checked at openings this far apart (m).
+OPENING_STEP_M = 0.004
 # Link pairs in contact at home or in this share of random poses are never checked.
 _SAMPLED_POSES = 300
 _ALWAYS_SHARE = 0.95
@@ -177,7 +179,7 @@ class CollisionGuard:
                 if np.isfinite(opening):
                     self.data.qpos[adr] = opening / len(adr)
 
-    def _closest(self, slow: bool) -> Clearance:
+    def _closest(self, slow: bool, margin: float | None = None) -> Clearance:
         m, d = self.model, self.data
         mujoco.mj_kinematics(m, d)
         mujoco.mj_collision(m, d)
@@ -188,7 +190,7 @@ class CollisionGuard:
         dist = d.contact.dist[:d.ncon]
         # MuJoCo keeps a pair a little beyond its margin; only what is within it counts.
         own = self._robot_body[bodies[:, 0]] & self._robot_body[bodies[:, 1]]
-        allowed = np.where(own, self.self_margin, self.margin)
+        allowed = np.where(own, self.self_margin, self.margin if margin is None else min(margin, self.margin))
         if slow:  # touching is for slow motion only: at speed, a finger or a hand keeps the margins
             allowed = np.where(self._finger[bodies].any(axis=1), -FINGER_DEPTH_M, allowed)
             allowed = np.where(self._hand_pair[bodies[:, 0], bodies[:, 1]], -HAND_DEPTH_M, allowed)
@@ -203,20 +205,22 @@ class CollisionGuard:
         other = name if not self._robot_body[b2] else f"{name} (its own link)"
         return Clearance(float(dist[k]), m.body(b1).name, other)
 
-    def clearance(self, joints, openings=None, slow: bool = True) -> Clearance:
+    def clearance(self, joints, openings=None, slow: bool = True, margin: float | None = None) -> Clearance:
         """The closest approach at one pose (CLEAR when nothing is within the margins)."""
-        return self.check_path(np.asarray(joints, dtype=float)[None, :], openings, slow)[0]
+        return self.check_path(np.asarray(joints, dtype=float)[None, :], openings, slow, margin)[0]
 
-    def check_path(self, poses: np.ndarray, openings=None, slow: bool = True) -> tuple[Clearance, Clearance]:
+    def check_path(self, poses: np.ndarray, openings=None, slow: bool = True,
+                   margin: float | None = None) -> tuple[Clearance, Clearance]:
         """The closest approach at the first row of `poses` and over all of them. `slow`: the arm
-        moves at SLOW_SHARE of its speed limits or less, and the fingers and hands may touch."""
+        moves at SLOW_SHARE of its speed limits or less, and the fingers and hands may touch.
+        `margin`: a narrower margin to the cell than the guard's."""
         worst = first = CLEAR
         qpos, arm = self.data.qpos, self._arm_qpos
         with self._lock:
             self._place_fingers(openings)
             for k, row in enumerate(np.atleast_2d(poses)):
                 qpos[arm] = row
-                found = self._closest(slow)
+                found = self._closest(slow, margin)
                 if k == 0:
                     first = found
                 if found.distance < worst.distance:
@@ -252,6 +256,27 @@ class CollisionGuard:
                 f"{self.margin * 1000:.0f} mm clear of the cell ({self.cell}) and "
                 f"{self.self_margin * 1000:.0f} mm between the robot's own links (fingers may touch, "
                 f"{FINGER_DEPTH_M * 1000:.0f} mm deep at most)")
+
+
+    def opening_error(self, label: str, joints, openings, new_openings) -> str:
+        """Why a gripper command is refused ('' when it is not): at the arm's pose `joints`, moving
+        the fingers from `openings` to `new_openings` brings them within the self margin of anything
+        and closer than they are. Fingers travel at their gripper's full speed, so they may not
+        touch (an opening that touches is an impact); the narrow margin leaves a grasp near the
+        table, or a hand that opens beside another, free to move."""
+        start, end = np.asarray(openings, dtype=float), np.asarray(new_openings, dtype=float)
+        # The fingers sweep every opening in between: one may pass another link on its way.
+        steps = 1 + int(np.ceil(np.nanmax(np.abs(end - start), initial=0.0) / OPENING_STEP_M))
+        found = reference = self.clearance(joints, start, slow=False, margin=self.self_margin)
+        for share in np.linspace(0.0, 1.0, steps + 1)[1:]:
+            here = self.clearance(joints, start + share * (end - start), slow=False, margin=self.self_margin)
+            if here.distance < found.distance:
+                found = here
+        if found.clear or not self.blocks(found, reference):
+            return ""
+        return (f"{label}: the opening puts {found.describe()}; expected fingers that stay "
+                f"{self.self_margin * 1000:.0f} mm clear of the cell ({self.cell}) and the robot's "
+                f"other links, or come no closer")
 
 
 _guards: OrderedDict = OrderedDict()
