@@ -15,7 +15,8 @@ Everything lands in --out (datasets, runs, the trial store), so an interrupted r
 finished collection, training or campaign is reused.
 
 Usage: python bench/train_and_eval.py [--demos 50,200] [--trials 500] [--mlp-steps 3000]
-                                      [--act-steps 6000] [--workers 2] [--out bench_output/train_and_eval]
+                                      [--act-steps 6000] [--state-noise 0.05] [--workers 2]
+                                      [--out bench_output/train_and_eval]
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> int:
     parser.add_argument("--mlp-steps", type=int, default=3000)
     parser.add_argument("--act-steps", type=int, default=6000)
     parser.add_argument("--image-size", default="64x48")
+    parser.add_argument("--state-noise", type=float, default=0.05, help="r2s2r train --state-noise, for both")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="bench_output/train_and_eval")
     args = parser.parse_args()
@@ -82,7 +84,7 @@ def main() -> int:
                 run = out / f"{policy}_{demos}"
                 config = TrainConfig(dataset=str(dataset.resolve()), policy=policy, steps=steps, batch=64,
                                      checkpoint_every=max(1, steps // 4), image_size=(width, height),
-                                     privileged=policy == "mlp")
+                                     privileged=policy == "mlp", state_noise=args.state_noise)
                 checkpoint = latest_checkpoint(run)
                 if checkpoint is None or not checkpoint.name.endswith(f"{steps:06d}"):
                     checkpoint = Trainer(config, run).train()

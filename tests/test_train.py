@@ -68,6 +68,11 @@ def test_training_is_deterministic_and_resumes_exactly(synthetic, tmp_path, monk
     assert first.name == "step_000060" and same(weights(first), weights(again))
     other = Trainer(TrainConfig(**{**config.__dict__, "seed": 4}), tmp_path / "c").train(progress=False)
     assert not same(weights(first), weights(other))
+    # Noise on the states changes what is learned, the same way for the same seed.
+    noisy = TrainConfig(**{**config.__dict__, "state_noise": 0.1})
+    noisy_weights = weights(Trainer(noisy, tmp_path / "n1").train(progress=False))
+    assert same(noisy_weights, weights(Trainer(noisy, tmp_path / "n2").train(progress=False)))
+    assert not same(noisy_weights, weights(first))
 
     # Killed right after its step-40 checkpoint (and in the middle of writing the next one), then resumed.
     save = Trainer._save

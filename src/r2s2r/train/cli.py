@@ -19,7 +19,7 @@ def _train(args) -> int:
                          batch=args.batch, seed=args.seed, chunk_length=args.chunk_length,
                          learning_rate=args.learning_rate, checkpoint_every=args.checkpoint_every,
                          image_size=args.image_size, cameras=cameras, threads=args.threads,
-                         privileged=args.privileged)
+                         privileged=args.privileged, state_noise=args.state_noise)
     try:
         last = Trainer(config, args.out).train(progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -49,6 +49,8 @@ def add_train_parser(sub) -> None:
     tr.add_argument("--privileged", action="store_true",
                     help="also observe the objects' poses (a dataset collected with --privileged); such a policy "
                          "runs in the twin only, for fast studies")
+    tr.add_argument("--state-noise", type=float, default=0.0,
+                    help="std of Gaussian noise on the normalised state of each batch (robustness to drift)")
     tr.add_argument("--threads", type=_count(1, 256), default=2, help="torch CPU threads")
     tr.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -31,6 +31,7 @@ POLICIES = ("mlp", "act")
 ENVIRONMENT = "observation.environment_state"
 CHECKPOINTS = "checkpoints"
 WARMUP_STEPS = 100
+ENSEMBLE_COEFFICIENT = 0.01  # the runtime's temporal ensembling for trained checkpoints, ACT's value
 
 
 class TrainError(ValueError):
@@ -53,6 +54,9 @@ class TrainConfig:
     cameras: tuple[str, ...] | None = None  # None: every camera of the dataset
     # Also observe observation.environment_state (the objects' poses: privileged, the twin's only).
     privileged: bool = False
+    # Gaussian noise (std, in normalised units) on the state of each training batch: the policy
+    # learns to act from states a little off the demonstrations, where its own errors take it.
+    state_noise: float = 0.0
     threads: int = 2  # the two cores of a CI machine; results are deterministic for a thread count
     model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
 
@@ -64,6 +68,8 @@ class TrainConfig:
                 raise TrainError(f"{name} is {getattr(self, name)}; expected 1 or more")
         if not 0.0 <= self.validation_share < 1.0:
             raise TrainError(f"validation_share {self.validation_share}; expected in [0, 1)")
+        if not (self.state_noise >= 0 and math.isfinite(self.state_noise)):
+            raise TrainError(f"state_noise {self.state_noise}; expected a standard deviation of 0 or more")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise TrainError(f"learning_rate {self.learning_rate}; expected a positive number")
 
@@ -224,10 +230,12 @@ class Trainer:
                 generator = torch.Generator().manual_seed(_step_seed(config.seed, step))
                 torch.manual_seed(_step_seed(config.seed + 1, step))  # dropout's draws
                 frames = train_frames[torch.randint(len(train_frames), (config.batch,), generator=generator).numpy()]
+                noise = None if config.state_noise == 0 else \
+                    config.state_noise * torch.randn((config.batch, inputs.states.shape[1]), generator=generator)
                 for group in optimizer.param_groups:
                     group["lr"] = _learning_rate(config, step)
                 model.train()
-                loss = inputs.loss(model, frames, config.chunk_length)
+                loss = inputs.loss(model, frames, config.chunk_length, noise)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
@@ -305,7 +313,8 @@ class Trainer:
         (partial / "policy.yaml").write_text(
             f"# {self.config.policy} trained by r2s2r train on {self.config.dataset}, step {step}\n"
             "uri: torch:model.pt\n"
-            "runtime: {}\n")
+            "# Every tick a new chunk, the chunks' overlapping actions averaged (ACT's temporal ensembling).\n"
+            f"runtime: {{ensemble_coefficient: {ENSEMBLE_COEFFICIENT}}}\n")
         torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "history": json.dumps(history)}, partial / "training.pt")
         partial.rename(folder)  # whole or not at all: a killed run resumes from the one before
@@ -348,19 +357,20 @@ class _Inputs:
                                             + normalizer.features[f"image.{c}"].eps, dtype=torch.float32)
                             for c in cameras}
 
-    def forward(self, model, frames: np.ndarray):
+    def forward(self, model, frames: np.ndarray, noise=None):
         import torch
         images = [(torch.from_numpy(self.data.images[c][frames]).float() / 255.0 - self.image_mean[c])
                   / self.image_scale[c] for c in self.cameras]
-        return model(self.states[frames], *images)
+        states = self.states[frames] if noise is None else self.states[frames] + noise
+        return model(states, *images)
 
-    def loss(self, model, frames: np.ndarray, length: int):
+    def loss(self, model, frames: np.ndarray, length: int, noise=None):
         import torch
         steps = frames[:, None] + np.arange(length)[None, :]
         ends = self.data.ends[frames][:, None]
         mask = torch.from_numpy(steps < ends)
         target = torch.from_numpy(self.actions[np.minimum(steps, ends - 1)])
-        error = (self.forward(model, frames) - target).abs().mean(dim=2)
+        error = (self.forward(model, frames, noise) - target).abs().mean(dim=2)
         return (error * mask).sum() / mask.sum()
 
     def validation_loss(self, model, frames: np.ndarray, length: int, batch: int = 256) -> float | None:
