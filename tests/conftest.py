@@ -21,7 +21,13 @@ sys.path.insert(0, str(REPO))  # tests.emulators
 # Assertions in shared helpers report their values on failure, as they did in the tests they came from.
 pytest.register_assert_rewrite("tests.backend_helpers", "tests.kinematics")
 
+from r2s2r.nodes.runtime import prompt_gil_handover  # noqa: E402
 from tests.ros_helpers import StackProcess  # noqa: E402
+
+# In-process backend tests run a control loop, an SDK's threads and a protocol emulator in this one
+# process, as a driver node runs its loop and SDK: the GIL is handed over as promptly as there (a
+# busy machine once kept an emulated xArm from answering a servo-j within the 100 ms link timeout).
+prompt_gil_handover()
 
 
 @pytest.fixture(autouse=True)
