@@ -103,7 +103,8 @@ def messages():
         st.tuples(st.just("estop"), st.builds(Bool, data=st.booleans())),
         st.tuples(st.just("diagnostics"), st.builds(DiagnosticArray, status=st.lists(st.builds(
             DiagnosticStatus, level=st.sampled_from([b"\x00", b"\x02", b"\xff"]),
-            message=st.text(st.characters(blacklist_characters="\x00"), max_size=40)),  # a wire string ends at NUL
+            # A wire string is UTF-8 (no lone surrogates, which no DDS message can carry) and ends at NUL.
+            message=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)),
             max_size=3))),
     )
 
