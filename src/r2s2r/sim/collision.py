@@ -257,7 +257,6 @@ class CollisionGuard:
                 f"{self.self_margin * 1000:.0f} mm between the robot's own links (fingers may touch, "
                 f"{FINGER_DEPTH_M * 1000:.0f} mm deep at most)")
 
-
     def opening_error(self, label: str, joints, openings, new_openings) -> str:
         """Why a gripper command is refused ('' when it is not): at the arm's pose `joints`, moving
         the fingers from `openings` to `new_openings` brings them within the self margin of anything
