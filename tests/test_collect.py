@@ -20,6 +20,7 @@ from r2s2r.data.collect import CollectOptions, Staging, collect, read_conditions
 from r2s2r.data.lerobot_v3 import DatasetError, open_dataset
 from r2s2r.eval.runner import TrialPool, TrialSpec, TrialWorker
 from r2s2r.eval.tasks import load_task
+from r2s2r.processes import sole_writer
 from r2s2r.robots import get_robot
 from r2s2r.waiting import wait_for
 from tests.conftest import REPO
@@ -118,6 +119,17 @@ def test_other_options_do_not_resume_a_collection(tmp_path):
     Staging(tmp_path / "ds", OPTIONS).open()
     with TrialPool(1) as pool, pytest.raises(DatasetError, match="seed: 5"):
         collect(CollectOptions(**{**OPTIONS.__dict__, "seed": 6}), tmp_path / "ds", pool, progress=False)
+
+
+def test_one_collection_at_a_time_writes_a_folder(tmp_path):
+    # A second collection into a folder another one is writing is refused at once, by name.
+    with sole_writer(tmp_path / "ds", "r2s2r collect", DatasetError):
+        with pytest.raises(DatasetError, match="another r2s2r collect is writing here now"):
+            collect(OPTIONS, tmp_path / "ds", pool=None, progress=False)
+    # Options refused before anything is written leave no folder behind.
+    with pytest.raises(DatasetError, match="episodes 0"):
+        collect(CollectOptions(**{**OPTIONS.__dict__, "episodes": 0}), tmp_path / "new", pool=None, progress=False)
+    assert not (tmp_path / "new").exists()
 
 
 def test_conditions_are_checked_and_cycled(tmp_path):

@@ -1,15 +1,19 @@
 """What every long-running r2s2r process does at start (leave with its parent, say where it
-is stuck when asked; the recorder also gives large freed blocks back to the system) and how a
-parent signals the processes it started. No ROS here: the stack runner and the nodes both use it."""
+is stuck when asked; the recorder also gives large freed blocks back to the system), how a
+parent signals the processes it started, and how a command that writes a folder keeps a second
+one out. No ROS here: the stack runner and the nodes both use it."""
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
 import sys
 import threading
 import traceback
+from contextlib import contextmanager
+from pathlib import Path
 
 # prctl(2) option: the signal this process gets when the thread that started it exits.
 _PR_SET_PDEATHSIG = 1
@@ -95,4 +99,29 @@ def dump_stacks_on(sig: int = getattr(signal, "SIGUSR1", 0)) -> None:
     threading.Thread(target=watch, name="stack-dump", daemon=True).start()
 
 
-__all__ = ["exit_with_parent", "signal_group", "dump_stacks_on", "return_large_blocks_to_the_os"]
+@contextmanager
+def sole_writer(folder: str | Path, what: str, error: type[Exception] = RuntimeError):
+    """Hold an exclusive lock on `folder` (made if missing) while one command writes into it. A
+    second writer is refused at once with `error`, naming the folder, instead of two of them
+    interleaving their files; the kernel drops the lock when the holder exits, even on kill -9.
+    A folder made here and left empty by a failure is removed again."""
+    folder = Path(folder)
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise error(f"{folder}: another {what} is writing here now; expected one at a time (let it "
+                        f"finish, or choose another folder)") from None
+        yield folder
+    except BaseException:
+        if made and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
+    finally:
+        os.close(descriptor)
+
+
+__all__ = ["exit_with_parent", "signal_group", "dump_stacks_on", "return_large_blocks_to_the_os", "sole_writer"]

@@ -31,6 +31,7 @@ import numpy as np
 
 from r2s2r.data.lerobot_v3 import DatasetError, DatasetWriter, Episode, Feature, open_dataset
 from r2s2r.eval.runner import Planned, RecordingObserver, TrialResult, TrialSpec, trial_seed
+from r2s2r.processes import sole_writer
 
 STAGING = ".collect"
 META_PATH = "meta/r2s2r.json"  # r2s2r's own facts about the dataset; lerobot ignores it
@@ -261,11 +262,16 @@ def task_cameras(task, wanted: Sequence[str] | None) -> list[str]:
 
 
 def collect(options: CollectOptions, out: str | Path, pool, progress: bool = True) -> Collected:
-    """Run the collection on `pool` (eval.runner.TrialPool) and write the dataset to `out`."""
+    """Run the collection on `pool` (eval.runner.TrialPool) and write the dataset to `out`; one
+    collection at a time writes a folder (a second is refused while the first runs)."""
+    with sole_writer(out, "r2s2r collect", DatasetError) as folder:
+        return _collect(options, folder, pool, progress)
+
+
+def _collect(options: CollectOptions, out: Path, pool, progress: bool) -> Collected:
     from r2s2r.eval.runner import add_stored, check_policy, progress_bar
     from r2s2r.eval.tasks import load_task
     from r2s2r.robots import get_robot
-    out = Path(out)
     if options.keep not in KEEP:
         raise DatasetError(f"keep {options.keep!r}; expected one of {', '.join(KEEP)}")
     if options.episodes < 1:
