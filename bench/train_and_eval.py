@@ -3,10 +3,11 @@
 checkpoint evaluated on held-out trials of the same envelope (a campaign seed the data never
 used), beside the expert on the very same trials.
 
-For each N in --demos: `r2s2r collect` N successful episodes (scene camera at --image-size, the
+For each N in --demos: `r2s2r collect` N successful episodes (--cameras at --record-size, the
 objects' poses recorded), train the MLP (--mlp-steps) on the state and the objects' poses (the
 joints alone do not say where the block is: privileged, the twin's only) and ACT (--act-steps) on
-the state and the scene camera, and evaluate both and the expert on --trials trials. Prints success with Wilson 95 % intervals, each policy's share of the expert's success,
+the state and the cameras at --image-size (the poses only as its auxiliary loss's target,
+--object-pose-loss), and evaluate both and the expert on --trials trials. Prints success with Wilson 95 % intervals, each policy's share of the expert's success,
 training wall time and steps per second. Targets (issue 24): with 200 demonstrations the state
 policy reaches 80 % of the expert's success and the image policy 60 %, each trained in under 30
 minutes on two cores.
@@ -16,6 +17,8 @@ finished collection, training or campaign is reused.
 
 Usage: python bench/train_and_eval.py [--demos 50,200] [--trials 500] [--mlp-steps 3000]
                                       [--act-steps 6000] [--state-noise 0.05] [--workers 2]
+                                      [--cameras scene,wrist] [--record-size 128x96] [--image-size 64x48]
+                                      [--image-shift 3] [--object-pose-loss 1.0]
                                       [--out bench_output/train_and_eval]
 """
 
@@ -55,7 +58,11 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=500)
     parser.add_argument("--mlp-steps", type=int, default=3000)
     parser.add_argument("--act-steps", type=int, default=6000)
-    parser.add_argument("--image-size", default="64x48")
+    parser.add_argument("--cameras", default="scene,wrist", help="the cameras collected and seen by ACT")
+    parser.add_argument("--record-size", default="128x96", help="WIDTHxHEIGHT of the dataset's videos")
+    parser.add_argument("--image-size", default="64x48", help="WIDTHxHEIGHT ACT is trained at")
+    parser.add_argument("--image-shift", type=int, default=3, help="r2s2r train --image-shift, for ACT")
+    parser.add_argument("--object-pose-loss", type=float, default=1.0, help="r2s2r train --object-pose-loss, for ACT")
     parser.add_argument("--state-noise", type=float, default=0.05, help="r2s2r train --state-noise, for both")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="bench_output/train_and_eval")
@@ -63,6 +70,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     width, height = (int(v) for v in args.image_size.split("x"))
+    record_size = tuple(int(v) for v in args.record_size.split("x"))
+    cameras = tuple(c.strip() for c in args.cameras.split(",") if c.strip())
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; {TASK} in its {ENVELOPE} "
           f"envelope; {args.trials} held-out trials (seed {EVAL_SEED})", flush=True)
     rows = []
@@ -75,7 +84,7 @@ def main() -> int:
             if not (dataset / "meta" / "info.json").is_file() or (dataset / ".collect").exists():
                 clock = time.perf_counter()
                 options = CollectOptions(task=TASK, policy=EXPERT, episodes=demos, seed=DATA_SEED, keep="success",
-                                         envelope=ENVELOPE, cameras=("scene",), image_size=(width, height),
+                                         envelope=ENVELOPE, cameras=cameras, image_size=record_size,
                                          privileged=True)
                 done = collect(options, dataset, pool)
                 print(f"{demos} demonstrations from {done.trials} trials in {time.perf_counter() - clock:.0f} s",
@@ -84,7 +93,9 @@ def main() -> int:
                 run = out / f"{policy}_{demos}"
                 config = TrainConfig(dataset=str(dataset.resolve()), policy=policy, steps=steps, batch=64,
                                      checkpoint_every=max(1, steps // 4), image_size=(width, height),
-                                     privileged=policy == "mlp", state_noise=args.state_noise)
+                                     privileged=policy == "mlp", state_noise=args.state_noise,
+                                     image_shift=args.image_shift if policy == "act" else 0,
+                                     object_pose_loss=args.object_pose_loss if policy == "act" else 0.0)
                 checkpoint = latest_checkpoint(run)
                 if checkpoint is None or not checkpoint.name.endswith(f"{steps:06d}"):
                     checkpoint = Trainer(config, run).train()

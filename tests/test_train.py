@@ -20,8 +20,10 @@ from r2s2r.data.lerobot_v3 import Episode, Feature, write_episodes
 from r2s2r.eval.runner import POLICY_ERROR, TrialPool, TrialSpec, TrialWorker
 from r2s2r.policy import Observation, load_policy
 from r2s2r.policy.types import PolicyError
+from r2s2r.processes import sole_writer
 from r2s2r.robots import get_robot
 from r2s2r.train import trainer as trainer_module
+from r2s2r.train.models import ActPolicy, default_channels
 from r2s2r.train.trainer import TrainConfig, Trainer, TrainError, latest_checkpoint
 from tests.test_policy_dds import policy_status, trigger
 
@@ -32,7 +34,8 @@ NAMES = state_names(FR3)
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """Episodes of smooth motion, each joint a sine of its own phase, the action the next state;
-    a square in the image moves with the first joint. What comes next follows from what is seen."""
+    a square in the image moves with the first joint, and the environment state says where it is.
+    What comes next follows from what is seen."""
     rng = np.random.default_rng(0)
     episodes = []
     for _ in range(6):
@@ -44,10 +47,13 @@ def synthetic(tmp_path_factory):
         column = (14 + 12 * motion[:n, 0]).astype(int)
         for k in range(n):
             images[k, 8:16, column[k]:column[k] + 4] = 255
+        square = np.stack([(column + 2) / 32.0, np.full(n, 0.5)], axis=1).astype(np.float32)
         episodes.append(Episode("synthetic", {"observation.state": motion[:n], "action": motion[1:],
+                                              "observation.environment_state": square,
                                               "observation.images.scene": images}))
     features = {"observation.state": Feature("float32", (len(NAMES),), NAMES),
                 "action": Feature("float32", (len(NAMES),), NAMES),
+                "observation.environment_state": Feature("float32", (2,), ["square.x", "square.y"]),
                 "observation.images.scene": Feature("video", (24, 32, 3))}
     return write_episodes(tmp_path_factory.mktemp("train") / "synthetic", 20, features, "franka_fr3", episodes)
 
@@ -96,6 +102,10 @@ def test_training_is_deterministic_and_resumes_exactly(synthetic, tmp_path, monk
     # Other settings do not resume a run.
     with pytest.raises(TrainError, match="batch: 16"):
         Trainer(TrainConfig(**{**config.__dict__, "batch": 8}), tmp_path / "a")
+    # Nor does a second process train a run while another one does.
+    with sole_writer(tmp_path / "a", "r2s2r train", TrainError):
+        with pytest.raises(TrainError, match="another r2s2r train is writing here now"):
+            Trainer(TrainConfig(**{**config.__dict__, "steps": 80}), tmp_path / "a").train(progress=False)
 
 
 @pytest.mark.parametrize("policy", ["mlp", "act"])
@@ -115,6 +125,36 @@ def test_both_policies_learn_and_load_through_torch(synthetic, tmp_path, policy)
     assert folder_policy.metadata == policy_object.metadata
 
 
+def test_an_auxiliary_loss_teaches_the_image_policy_where_objects_are(synthetic, tmp_path):
+    model = {"width": 32, "feedforward": 64, "channels": (8, 16)}
+    plain = TrainConfig(dataset=str(synthetic), policy="act", steps=150, batch=32, checkpoint_every=150,
+                        chunk_length=4, image_size=(32, 24), validation_share=0.2, image_shift=2, model=model)
+    taught = TrainConfig(**{**plain.__dict__, "object_pose_loss": 1.0})
+    checkpoint = Trainer(taught, tmp_path / "taught").train(progress=False)
+    losses = json.loads((tmp_path / "taught" / "losses.json").read_text())
+    poses = np.array(losses["object_pose"])[:, 1]
+    assert poses[-20:].mean() < 0.5 * poses[:20].mean(), f"{poses[:20].mean()} -> {poses[-20:].mean()}"
+    assert np.isfinite(losses["validation_object_pose"][-1][1])
+    # Shifts and all, the same seed gives the same weights; the loss changes what is learned.
+    assert same(weights(checkpoint), weights(Trainer(taught, tmp_path / "again").train(progress=False)))
+    untaught = Trainer(plain, tmp_path / "plain").train(progress=False)
+    assert "auxiliary.weight" in weights(checkpoint) and "auxiliary.weight" not in weights(untaught)
+    assert not torch.equal(weights(checkpoint)["head.weight"], weights(untaught)["head.weight"])
+    # The policy observes what one trained without the poses observes: the joints and the image.
+    assert load_policy(str(checkpoint)).metadata == load_policy(str(untaught)).metadata
+    assert not load_policy(str(checkpoint)).metadata.observation.environment
+    assert "environment" not in json.dumps(torch.load(checkpoint / "model.pt", weights_only=True)["normalization"])
+
+
+def test_the_image_network_keeps_the_token_count_small_at_any_size():
+    assert default_channels(48, 64) == (16, 32, 64)  # 8x6 cells
+    assert default_channels(96, 128) == (16, 32, 64, 64)  # one stage more: 8x6 again
+    policy = ActPolicy(8, 8, 10, cameras=2, image_height=96, image_width=128)
+    assert policy.position.shape[1] == 1 + 2 * 48
+    chunk = policy(torch.zeros(3, 8), torch.zeros(3, 3, 96, 128), torch.zeros(3, 3, 96, 128))
+    assert chunk.shape == (3, 10, 8)
+
+
 def test_a_dataset_without_what_training_needs_is_refused(synthetic, tmp_path):
     with pytest.raises(TrainError, match="cameras"):
         Trainer(TrainConfig(dataset=str(synthetic), policy="act", cameras=("wrist",)), tmp_path / "x").train(False)
@@ -122,6 +162,19 @@ def test_a_dataset_without_what_training_needs_is_refused(synthetic, tmp_path):
         Trainer(TrainConfig(dataset=str(tmp_path), policy="mlp"), tmp_path / "y").train(False)
     with pytest.raises(TrainError, match="policy 'gpt'"):
         Trainer(TrainConfig(dataset=str(synthetic), policy="gpt"), tmp_path / "z")
+    with pytest.raises(TrainError, match="expected 0 for policy 'mlp'"):
+        Trainer(TrainConfig(dataset=str(synthetic), policy="mlp", object_pose_loss=1.0), tmp_path / "m")
+    with pytest.raises(TrainError, match="image_shift -1"):
+        Trainer(TrainConfig(dataset=str(synthetic), policy="act", image_shift=-1), tmp_path / "s")
+    blind = write_episodes(tmp_path / "blind", 20, {"observation.state": Feature("float32", (len(NAMES),), NAMES),
+                                                    "action": Feature("float32", (len(NAMES),), NAMES),
+                                                    "observation.images.scene": Feature("video", (24, 32, 3))},
+                           "franka_fr3", [Episode("synthetic", {
+                               "observation.state": np.zeros((10, len(NAMES)), np.float32),
+                               "action": np.zeros((10, len(NAMES)), np.float32),
+                               "observation.images.scene": np.zeros((10, 24, 32, 3), np.uint8)})] * 2)
+    with pytest.raises(TrainError, match="no observation.environment_state; expected .* collected with --privileged"):
+        Trainer(TrainConfig(dataset=str(blind), policy="act", object_pose_loss=1.0), tmp_path / "b").train(False)
 
 
 def test_demonstrations_to_a_policy_that_moves_the_twin_and_the_graph(tmp_path, stack_process, ros_client):

@@ -19,7 +19,8 @@ def _train(args) -> int:
                          batch=args.batch, seed=args.seed, chunk_length=args.chunk_length,
                          learning_rate=args.learning_rate, checkpoint_every=args.checkpoint_every,
                          image_size=args.image_size, cameras=cameras, threads=args.threads,
-                         privileged=args.privileged, state_noise=args.state_noise)
+                         privileged=args.privileged, state_noise=args.state_noise,
+                         image_shift=args.image_shift, object_pose_loss=args.object_pose_loss)
     try:
         last = Trainer(config, args.out).train(progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -51,6 +52,11 @@ def add_train_parser(sub) -> None:
                          "runs in the twin only, for fast studies")
     tr.add_argument("--state-noise", type=float, default=0.0,
                     help="std of Gaussian noise on the normalised state of each batch (robustness to drift)")
+    tr.add_argument("--image-shift", type=_count(0, 64), default=0,
+                    help="act: shift each training image by up to this many pixels (augmentation)")
+    tr.add_argument("--object-pose-loss", type=float, default=0.0,
+                    help="act: weight of an auxiliary loss reading the objects' poses from the images (a dataset "
+                         "collected with --privileged; training only, the policy never observes them)")
     tr.add_argument("--threads", type=_count(1, 256), default=2, help="torch CPU threads")
     tr.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")

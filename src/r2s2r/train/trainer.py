@@ -57,6 +57,14 @@ class TrainConfig:
     # Gaussian noise (std, in normalised units) on the state of each training batch: the policy
     # learns to act from states a little off the demonstrations, where its own errors take it.
     state_noise: float = 0.0
+    # The image policy's images shifted by up to this many pixels in each batch (edges repeated):
+    # where the block lies in the picture matters, not which pixel the camera put it on.
+    image_shift: int = 0
+    # Weight of an auxiliary loss for the image policy: it also reads the objects' poses
+    # (observation.environment_state, the twin's privileged truth) out of what it sees, which
+    # teaches the camera network where the objects are. Training only: the checkpoint observes
+    # the joints and the images alone.
+    object_pose_loss: float = 0.0
     threads: int = 2  # the two cores of a CI machine; results are deterministic for a thread count
     model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
 
@@ -70,6 +78,13 @@ class TrainConfig:
             raise TrainError(f"validation_share {self.validation_share}; expected in [0, 1)")
         if not (self.state_noise >= 0 and math.isfinite(self.state_noise)):
             raise TrainError(f"state_noise {self.state_noise}; expected a standard deviation of 0 or more")
+        if int(self.image_shift) < 0:
+            raise TrainError(f"image_shift {self.image_shift}; expected 0 or more pixels")
+        if not (self.object_pose_loss >= 0 and math.isfinite(self.object_pose_loss)):
+            raise TrainError(f"object_pose_loss {self.object_pose_loss}; expected a weight of 0 or more")
+        if self.policy != "act" and (self.object_pose_loss or self.image_shift):
+            raise TrainError(f"object_pose_loss and image_shift train the image policy; expected 0 for "
+                             f"policy {self.policy!r}")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise TrainError(f"learning_rate {self.learning_rate}; expected a positive number")
 
@@ -77,13 +92,16 @@ class TrainConfig:
 # -- the data ------------------------------------------------------------------------------------------
 class TrainingData:
     """Every frame of an opened dataset (lerobot_v3.Dataset) in memory: states, actions, images (uint8, at the training size)
-    and, per frame, where its episode ends (an action chunk stops there, padded and masked)."""
+    and, per frame, where its episode ends (an action chunk stops there, padded and masked).
+    With `privileged` the objects' poses follow the joints in the state; with `environment`
+    they are kept apart (`environment`), as the target of an auxiliary loss."""
 
-    def __init__(self, dataset, cameras: tuple[str, ...], image_size: tuple[int, int], privileged: bool = False):
+    def __init__(self, dataset, cameras: tuple[str, ...], image_size: tuple[int, int], privileged: bool = False,
+                 environment: bool = False):
         import cv2
         self.dataset = dataset
         root = dataset.root
-        needed = ("observation.state", "action") + ((ENVIRONMENT,) if privileged else ())
+        needed = ("observation.state", "action") + ((ENVIRONMENT,) if privileged or environment else ())
         for key in needed:
             if key not in dataset.features:
                 raise TrainError(f"{root}: the dataset has no {key}; expected r2s2r's layout (docs/datasets.md)"
@@ -91,6 +109,7 @@ class TrainingData:
         self.privileged = privileged
         self.cameras = cameras
         states, actions, ends, episode_of, images = [], [], [], [], {c: [] for c in cameras}
+        objects = []
         start = 0
         for index in range(len(dataset.episodes)):
             episode = dataset.episode(index, videos=bool(cameras))
@@ -98,6 +117,8 @@ class TrainingData:
             state = episode.frames["observation.state"]
             if privileged:  # the objects' poses follow the joints, as ObservationSpace.environment puts them
                 state = np.concatenate([state, episode.frames[ENVIRONMENT]], axis=1)
+            if environment:
+                objects.append(episode.frames[ENVIRONMENT])
             states.append(state)
             actions.append(episode.frames["action"])
             ends.append(np.full(n, start + n))
@@ -114,6 +135,7 @@ class TrainingData:
         self.ends = np.concatenate(ends)
         self.episode_of = np.concatenate(episode_of)
         self.images = {c: np.concatenate(v) for c, v in images.items()}
+        self.environment = np.concatenate(objects).astype(np.float32) if environment else None
 
     def split(self, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Frame indices for training and for validation (whole episodes, chosen by the seed)."""
@@ -191,7 +213,13 @@ class Trainer:
             raise TrainError(f"{self.run} exists and is not a training run; expected a new folder")
 
     def train(self, progress: bool = True) -> Path:
-        """Train (or resume) to config.steps; the last checkpoint's folder."""
+        """Train (or resume) to config.steps; the last checkpoint's folder. One process at a time
+        trains a run folder (a second is refused while the first runs)."""
+        from r2s2r.processes import sole_writer
+        with sole_writer(self.run, "r2s2r train", TrainError):
+            return self._train(progress)
+
+    def _train(self, progress: bool) -> Path:
         import torch
         from r2s2r.policy.formats import save_checkpoint
         config = self.config
@@ -200,7 +228,8 @@ class Trainer:
         try:
             dataset = open_dataset(config.dataset)  # checked once: every file, every video's length
             cameras = self._cameras(dataset) if config.policy == "act" else ()
-            data = TrainingData(dataset, cameras, config.image_size, config.privileged)
+            data = TrainingData(dataset, cameras, config.image_size, config.privileged,
+                                environment=config.object_pose_loss > 0)
         except DatasetError as exc:
             raise TrainError(str(exc)) from None
         train_frames, validation_frames = data.split(config.validation_share, config.seed)
@@ -222,7 +251,7 @@ class Trainer:
         spent = history.get("wall_s", 0.0)  # the training time of the sessions before this one
         self.run.mkdir(parents=True, exist_ok=True)
         (self.run / "config.json").write_text(json.dumps(asdict(config), indent=2))
-        inputs = _Inputs(data, normalizer, cameras)
+        inputs = _Inputs(data, normalizer, cameras, config.image_shift)
         bar = _bar(config.steps, step, progress)
         clock, last = time.perf_counter(), latest
         try:
@@ -235,19 +264,24 @@ class Trainer:
                 for group in optimizer.param_groups:
                     group["lr"] = _learning_rate(config, step)
                 model.train()
-                loss = inputs.loss(model, frames, config.chunk_length, noise)
+                loss, pose_loss = inputs.loss(model, frames, config.chunk_length, noise, generator)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss if pose_loss is None else loss + config.object_pose_loss * pose_loss).backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
                 optimizer.step()
                 step += 1
                 history["train"].append([step, float(loss.detach())])
+                if pose_loss is not None:
+                    history.setdefault("object_pose", []).append([step, float(pose_loss.detach())])
                 bar.update(1)
                 if step % config.checkpoint_every == 0 or step == config.steps:
                     history["wall_s"] = spent + time.perf_counter() - clock
-                    validation = inputs.validation_loss(model, validation_frames, config.chunk_length)
+                    validation, pose_validation = inputs.validation_loss(model, validation_frames,
+                                                                         config.chunk_length)
                     if validation is not None:
                         history["validation"].append([step, validation])
+                    if pose_validation is not None:
+                        history.setdefault("validation_object_pose", []).append([step, pose_validation])
                     last = self._save(step, model, optimizer, history, metadata, normalizer, kwargs, save_checkpoint)
                     shown = "-" if validation is None else f"{validation:.4f}"
                     bar.set_postfix_str(f"loss {float(loss.detach()):.4f}, validation {shown}", refresh=False)
@@ -289,6 +323,8 @@ class Trainer:
         if self.config.policy == "act":
             width, height = self.config.image_size
             sizes.update(cameras=len(cameras), image_height=height, image_width=width)
+            if data.environment is not None:
+                sizes.update(auxiliary_size=data.environment.shape[1])
         return {**sizes, **self.config.model}
 
     def _model(self, kwargs: dict):
@@ -344,11 +380,12 @@ class Trainer:
 
 
 class _Inputs:
-    """Batches in the tensor-model contract: normalised state, normalised images, chunks and masks."""
+    """Batches in the tensor-model contract: normalised state, normalised images, chunks and masks;
+    with the objects' poses (TrainingData.environment), those too, normalised, for the auxiliary loss."""
 
-    def __init__(self, data: TrainingData, normalizer, cameras):
+    def __init__(self, data: TrainingData, normalizer, cameras, image_shift: int = 0):
         import torch
-        self.data, self.cameras = data, cameras
+        self.data, self.cameras, self.image_shift = data, cameras, int(image_shift)
         self.states = torch.from_numpy(normalizer.normalize("state", data.states))
         self.actions = normalizer.normalize("action", data.actions)
         self.image_mean = {c: torch.tensor(normalizer.features[f"image.{c}"].stats["mean"], dtype=torch.float32)
@@ -356,35 +393,68 @@ class _Inputs:
         self.image_scale = {c: torch.tensor(normalizer.features[f"image.{c}"].stats["std"]
                                             + normalizer.features[f"image.{c}"].eps, dtype=torch.float32)
                             for c in cameras}
+        self.objects = None
+        if data.environment is not None:
+            stats = data.dataset.stats[ENVIRONMENT]
+            mean, std = np.array(stats["mean"], np.float32), np.array(stats["std"], np.float32)
+            self.objects = torch.from_numpy((data.environment - mean) / np.maximum(std, 1e-3))
 
-    def forward(self, model, frames: np.ndarray, noise=None):
+    def _images(self, frames: np.ndarray, generator=None) -> list:
         import torch
-        images = [(torch.from_numpy(self.data.images[c][frames]).float() / 255.0 - self.image_mean[c])
-                  / self.image_scale[c] for c in self.cameras]
-        states = self.states[frames] if noise is None else self.states[frames] + noise
-        return model(states, *images)
+        images = []
+        for c in self.cameras:
+            batch = torch.from_numpy(self.data.images[c][frames]).float() / 255.0
+            if generator is not None and self.image_shift:
+                batch = _shifted(batch, self.image_shift, generator)
+            images.append((batch - self.image_mean[c]) / self.image_scale[c])
+        return images
 
-    def loss(self, model, frames: np.ndarray, length: int, noise=None):
+    def forward(self, model, frames: np.ndarray, noise=None, generator=None):
+        """The chunk and, where the model has an auxiliary head and the poses are known, its poses.
+        `generator` (training) draws the images' shifts."""
+        images = self._images(frames, generator)
+        states = self.states[frames] if noise is None else self.states[frames] + noise
+        if self.objects is not None and getattr(model, "auxiliary", None) is not None:
+            return model.forward_with_auxiliary(states, *images)
+        return model(states, *images), None
+
+    def loss(self, model, frames: np.ndarray, length: int, noise=None, generator=None):
+        """The actions' L1 loss (masked past each episode's end), and the poses' L1 loss or None."""
         import torch
         steps = frames[:, None] + np.arange(length)[None, :]
         ends = self.data.ends[frames][:, None]
         mask = torch.from_numpy(steps < ends)
         target = torch.from_numpy(self.actions[np.minimum(steps, ends - 1)])
-        error = (self.forward(model, frames, noise) - target).abs().mean(dim=2)
-        return (error * mask).sum() / mask.sum()
+        chunk, poses = self.forward(model, frames, noise, generator)
+        error = (chunk - target).abs().mean(dim=2)
+        pose_loss = None if poses is None else (poses - self.objects[frames]).abs().mean()
+        return (error * mask).sum() / mask.sum(), pose_loss
 
-    def validation_loss(self, model, frames: np.ndarray, length: int, batch: int = 256) -> float | None:
+    def validation_loss(self, model, frames: np.ndarray, length: int, batch: int = 256):
+        """Mean action loss and pose loss (None where there is none) over the validation frames."""
         import torch
         if len(frames) == 0:
-            return None
+            return None, None
         model.eval()
-        total, count = 0.0, 0
+        total, poses, count = 0.0, 0.0, 0
         with torch.no_grad():
             for first in range(0, len(frames), batch):
                 part = frames[first:first + batch]
-                total += float(self.loss(model, part, length)) * len(part)
+                loss, pose_loss = self.loss(model, part, length)
+                total += float(loss) * len(part)
+                poses = None if pose_loss is None else poses + float(pose_loss) * len(part)
                 count += len(part)
-        return total / count
+        return total / count, None if poses is None else poses / count
+
+
+def _shifted(images, shift: int, generator):
+    """Each image moved by up to `shift` pixels each way, its edges repeated (DrQ's random shift)."""
+    import torch
+    import torch.nn.functional as functional
+    height, width = images.shape[2:]
+    padded = functional.pad(images, (shift,) * 4, mode="replicate")
+    offsets = torch.randint(2 * shift + 1, (images.shape[0], 2), generator=generator).tolist()
+    return torch.stack([padded[i, :, y:y + height, x:x + width] for i, (y, x) in enumerate(offsets)])
 
 
 def _bar(total: int, done: int, enabled: bool):
