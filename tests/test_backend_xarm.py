@@ -294,6 +294,20 @@ def test_link_loss_on_a_hung_controller_is_detected_within_100ms(emulator, backe
     assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
 
 
+def test_a_late_reply_is_no_lost_link_while_reports_flow(emulator, backend):
+    # A busy host or network delays servo-j replies past the link timeout (a fresh run lost the
+    # link so); the report stream is live, so the controller is, and the arm streams on.
+    hw = backend()  # link_timeout_s 0.1: replies may take up to 0.4 s
+    loop = active_loop(hw)
+    target = HOME + np.array([0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0])
+    stream(loop, 0.1, target)
+    emulator.delay_replies(0.2)
+    stream(loop, 0.6, target)
+    assert hw.state is Lifecycle.ACTIVE and "link_lost" not in hw.describe()
+    emulator.delay_replies(0.0)
+    assert until_at(target)(stream(loop, 3.0, target, until=until_at(target))[-1])
+
+
 def test_controller_error_stops_writes_and_reset_recovers(emulator, backend):
     hw = backend()
     loop = active_loop(hw)

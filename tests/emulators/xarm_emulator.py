@@ -896,6 +896,7 @@ class _Client:
     inbuf: bytearray = dataclasses.field(default_factory=bytearray)
     outbuf: bytearray = dataclasses.field(default_factory=bytearray)
     next_report: float = 0.0
+    held: List[Tuple[float, bytes]] = dataclasses.field(default_factory=list)  # (due, reply) while delayed
 
 
 class XArmEmulator:
@@ -940,6 +941,7 @@ class XArmEmulator:
         self._listeners: List[socket.socket] = []
         self._clients: List[_Client] = []
         self._paused = False
+        self._reply_delay = 0.0
 
     # ----- lifecycle --------------------------------------------------------------------
 
@@ -995,6 +997,12 @@ class XArmEmulator:
         """Hang: keep sockets open, but answer nothing, report nothing and freeze the arm."""
         with self._lock:
             self._paused = True
+
+    def delay_replies(self, seconds: float) -> None:
+        """Hold every command reply for `seconds` while reports stream on (a busy controller or
+        network); 0 answers at once again."""
+        with self._lock:
+            self._reply_delay = float(seconds)
 
     def resume(self) -> None:
         with self._lock:
@@ -1149,7 +1157,9 @@ class XArmEmulator:
             frame = bytes(buf[:6 + length])
             del buf[:6 + length]
             response = self._answer(frame)
-            if response:
+            if response and self._reply_delay > 0:
+                client.held.append((time.monotonic() + self._reply_delay, response))
+            elif response:
                 client.outbuf += response
         self._flush(client)
 
@@ -1189,6 +1199,11 @@ class XArmEmulator:
         if self._paused:
             return
         self.model.advance(now)
+        for client in list(self._clients):
+            while client.held and client.held[0][0] <= now:
+                client.outbuf += client.held.pop(0)[1]
+            if client.outbuf:
+                self._flush(client)
         packets: Dict[str, bytes] = {}
         for client in list(self._clients):
             if client.kind not in REPORT_KINDS or now < client.next_report:

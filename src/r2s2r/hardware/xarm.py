@@ -12,7 +12,7 @@ report to `_on_report`, which stamps it on arrival (host monotonic clock) and es
 velocities from the positions of the last five reports (a 40 ms span, so that arrival jitter
 of a few milliseconds does not show as speed); `read()` only returns the newest report, so it
 never blocks. The link is lost when no report came for `link_timeout_s` (five report periods
-at the default) or a servo-j call has waited that long for its reply.
+at the default) or a servo-j call has waited SERVO_REPLY_PATIENCE times that for its reply.
 
 A second worker thread runs the other blocking calls: xArm Gripper moves and polls over the
 tool RS-485 bus (on the SDK's second command socket, port 503, when the controller offers it,
@@ -419,7 +419,8 @@ class XArmHardware(Hardware):
             self._servo_wait = None
         if code in LINK_CODES:
             raise _ServoRefused(f"set_servo_angle_j: no answer from {self.config.ip} within "
-                                f"{1000 * self.link_timeout_s:.0f} ms (SDK code {code})", link=True)
+                                f"{1000 * SERVO_REPLY_PATIENCE * self.link_timeout_s:.0f} ms (SDK code {code})",
+                                link=True)
         if code == CODE_HAS_ERROR:
             _, (error, warning) = api.get_err_warn_code()
             self._codes = (error, warning)
@@ -552,12 +553,14 @@ class XArmHardware(Hardware):
 
     @contextlib.contextmanager
     def _patient(self, api):
-        """Set-up calls get the SDK's usual 2 s to answer; streaming calls the link timeout."""
+        """Set-up calls get the SDK's usual 2 s to answer; streaming calls SERVO_REPLY_PATIENCE
+        link timeouts (they wait on the sender thread, never in the control loop; the report
+        stream's silence is what catches a dead controller within link_timeout_s)."""
         api.set_timeout(SETUP_TIMEOUT_S)
         try:
             yield
         finally:
-            api.set_timeout(self.link_timeout_s)
+            api.set_timeout(SERVO_REPLY_PATIENCE * self.link_timeout_s)
 
     # -- gripper units -----------------------------------------------------------------------------
     def _opening_to_pulses(self, opening: float) -> int:
