@@ -161,6 +161,7 @@ class XArmHardware(Hardware):
         super().__init__(robot, settings)
         self.config = XArmSettings.parse(self.settings)
         self.link_timeout_s = self.config.link_timeout_s
+        self.servo_reply_timeout_s = SERVO_REPLY_PATIENCE * self.link_timeout_s
         if sorted(robot.joint_names) != sorted(SDK_JOINTS) or len(robot.grippers) > 1:
             raise HardwareError(f"backend xarm drives an xArm 7 (joints {', '.join(SDK_JOINTS)}, at most one "
                                 f"xArm Gripper); robot {robot.name} has joints {', '.join(robot.joint_names)} "
@@ -412,14 +413,14 @@ class XArmHardware(Hardware):
 
     # -- worker-thread calls (blocking SDK calls) ------------------------------------------------
     def _send_servo(self, api, target: list[float]) -> None:
-        self._servo_wait = SilenceClock(SERVO_REPLY_PATIENCE * self.link_timeout_s, time.monotonic())
+        self._servo_wait = SilenceClock(self.servo_reply_timeout_s, time.monotonic())
         try:
             code = api.set_servo_angle_j(target)
         finally:
             self._servo_wait = None
         if code in LINK_CODES:
             raise _ServoRefused(f"set_servo_angle_j: no answer from {self.config.ip} within "
-                                f"{1000 * SERVO_REPLY_PATIENCE * self.link_timeout_s:.0f} ms (SDK code {code})",
+                                f"{1000 * self.servo_reply_timeout_s:.0f} ms (SDK code {code})",
                                 link=True)
         if code == CODE_HAS_ERROR:
             _, (error, warning) = api.get_err_warn_code()
@@ -509,7 +510,7 @@ class XArmHardware(Hardware):
         times that before it, too, counts as a lost link."""
         wait = self._servo_wait  # a stall of this host's own grants the reply a fresh patience, as for reports
         waited = wait.silence(time.monotonic()) if wait is not None else 0.0
-        if waited > SERVO_REPLY_PATIENCE * self.link_timeout_s:
+        if waited > self.servo_reply_timeout_s:
             self._lose_link(f"set_servo_angle_j unanswered by {self.config.ip} for {1000 * waited:.0f} ms")
         failure = self._servo.take_error()
         if failure is None:
@@ -560,7 +561,7 @@ class XArmHardware(Hardware):
         try:
             yield
         finally:
-            api.set_timeout(SERVO_REPLY_PATIENCE * self.link_timeout_s)
+            api.set_timeout(self.servo_reply_timeout_s)
 
     # -- gripper units -----------------------------------------------------------------------------
     def _opening_to_pulses(self, opening: float) -> int:
