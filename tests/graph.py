@@ -18,23 +18,37 @@ def absolute(name: str, namespace: str, node: str) -> str:
     return f"{namespace.rstrip('/')}/{name}"
 
 
-def node_interface(client_node, node: str, namespace: str = "/", timeout: float = 20.0, expect_topics: int = 0):
-    """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string."""
+def node_interface(client_node, node: str, namespace: str = "/", timeout: float = 60.0, expect_topics: int = 0):
+    """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string.
+
+    The graph names a node only once its participant's ros_discovery_info arrives, which can
+    trail its endpoints by many seconds on a loaded host; and a node of the same name that
+    stopped before may stay listed until its participant's lease runs out (20 s) if its goodbye
+    was lost, hiding the live one. So a read counts only while exactly one node has the name."""
     deadline = time.monotonic() + timeout
-    previous = None
-    while True:
-        try:
-            pubs = dict((n, t[0]) for n, t in client_node.get_publisher_names_and_types_by_node(node, namespace))
-            subs = dict((n, t[0]) for n, t in client_node.get_subscriber_names_and_types_by_node(node, namespace))
-            srvs = dict((n, t[0]) for n, t in client_node.get_service_names_and_types_by_node(node, namespace))
-        except Exception:  # the node is not discovered yet
-            pubs, subs, srvs = {}, {}, {}
-        # Discovery trickles in: wait for at least what is expected, then for one quiet read.
-        seen = (pubs, subs, srvs)
-        if (len(pubs) + len(subs) >= expect_topics and srvs and seen == previous) or time.monotonic() > deadline:
-            break
-        previous = seen
+    previous, seen, named = None, ({}, {}, {}), 0
+    while time.monotonic() < deadline:
+        named = sum(1 for name, space in client_node.get_node_names_and_namespaces()
+                    if name == node and space == namespace)
+        if named == 1:
+            try:
+                seen = (
+                    dict((n, t[0]) for n, t in client_node.get_publisher_names_and_types_by_node(node, namespace)),
+                    dict((n, t[0]) for n, t in client_node.get_subscriber_names_and_types_by_node(node, namespace)),
+                    dict((n, t[0]) for n, t in client_node.get_service_names_and_types_by_node(node, namespace)))
+            except Exception:  # rclpy's NodeNameNonExistentError: it left the graph between the calls
+                seen = ({}, {}, {})
+            pubs, subs, srvs = seen
+            # Discovery trickles in: wait for at least what is expected, then for one quiet read.
+            if len(pubs) + len(subs) >= expect_topics and srvs and seen == previous:
+                break
+            previous = seen
         time.sleep(0.3)
+    else:
+        raise AssertionError(f"node {namespace.rstrip('/')}/{node}: no steady read within {timeout:.0f} s "
+                             f"({named} nodes of that name in the graph; expected one, with at least "
+                             f"{expect_topics} topics and a service; last read {seen})")
+    pubs, subs, srvs = seen
     pubs = {n: t for n, t in pubs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
     subs = {n: t for n, t in subs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
     srvs = {n: t for n, t in srvs.items() if n.rsplit("/", 1)[-1] not in PARAMETER_SERVICES}
