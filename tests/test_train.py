@@ -19,11 +19,12 @@ from r2s2r.data.collect import CollectOptions, DemonstrationRecorder, collect, s
 from r2s2r.data.lerobot_v3 import Episode, Feature, write_episodes
 from r2s2r.eval.runner import POLICY_ERROR, TrialPool, TrialSpec, TrialWorker
 from r2s2r.policy import Observation, load_policy
+from r2s2r.policy.normalize import Normalizer
 from r2s2r.policy.types import PolicyError
 from r2s2r.processes import sole_writer
 from r2s2r.robots import get_robot
 from r2s2r.train import trainer as trainer_module
-from r2s2r.train.models import ActPolicy, default_channels
+from r2s2r.train.models import ActPolicy, default_channels, spatial_softmax
 from r2s2r.train.trainer import TrainConfig, Trainer, TrainError, latest_checkpoint
 from tests.test_policy_dds import policy_status, trigger
 
@@ -146,6 +147,43 @@ def test_an_auxiliary_loss_teaches_the_image_policy_where_objects_are(synthetic,
     assert "environment" not in json.dumps(torch.load(checkpoint / "model.pt", weights_only=True)["normalization"])
 
 
+def test_a_keypoint_is_where_its_map_peaks():
+    scores = torch.zeros(1, 2, 6, 8)
+    scores[0, 0, 1, 6] = 50.0  # near the top right
+    scores[0, 1, 4, 0] = 50.0  # near the bottom left
+    x0, x1, y0, y1 = spatial_softmax(scores)[0].tolist()
+    assert (x0, y0) == pytest.approx((-1 + 2 * 6 / 7, -1 + 2 * 1 / 5), abs=1e-4)
+    assert (x1, y1) == pytest.approx((-1.0, -1 + 2 * 4 / 5), abs=1e-4)
+    assert spatial_softmax(torch.zeros(1, 1, 6, 8))[0].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+def test_keypoints_read_the_objects_poses_and_hand_them_to_the_decoder(synthetic, tmp_path):
+    model = {"width": 32, "feedforward": 64, "channels": (8, 16), "keypoints": 4}
+    config = TrainConfig(dataset=str(synthetic), policy="act", steps=200, batch=32, checkpoint_every=200,
+                         chunk_length=4, image_size=(32, 24), validation_share=0.2, object_pose_loss=1.0, model=model)
+    checkpoint = Trainer(config, tmp_path / "keypoints").train(progress=False)
+    losses = json.loads((tmp_path / "keypoints" / "losses.json").read_text())
+    poses = np.array(losses["object_pose"])[:, 1]
+    assert poses[-20:].mean() < 0.5 * poses[:20].mean(), f"{poses[:20].mean()} -> {poses[-20:].mean()}"
+    trained = weights(checkpoint)
+    assert "auxiliary.0.weight" in trained and "poses_in.weight" in trained and "keypoints_in.weight" in trained
+    # The reading is part of what the policy acts on, so the checkpoint rebuilds it: moved to
+    # the right in the picture, the square is read further right. The policy observes no poses.
+    assert not load_policy(str(checkpoint)).metadata.observation.environment
+    stored = torch.load(checkpoint / "model.pt", weights_only=True)
+    network = ActPolicy(**stored["model"]["kwargs"])
+    network.load_state_dict(stored["state_dict"])
+    network.eval()
+    images = torch.zeros(2, 3, 24, 32)
+    images[0, :, 8:16, 4:8] = 1.0
+    images[1, :, 8:16, 22:26] = 1.0
+    scene = Normalizer.from_dict(stored["normalization"]).features["image.scene"]
+    mean, std = (torch.tensor(np.asarray(scene.stats[k]), dtype=torch.float32) for k in ("mean", "std"))
+    with torch.no_grad():
+        _, read = network.forward_with_auxiliary(torch.zeros(2, len(NAMES)), (images - mean) / (std + scene.eps))
+    assert read[1, 0] > read[0, 0] + 0.5, read[:, 0]  # normalised x: the columns are 1.6 std apart
+
+
 def test_the_image_network_keeps_the_token_count_small_at_any_size():
     assert default_channels(48, 64) == (16, 32, 64)  # 8x6 cells
     assert default_channels(96, 128) == (16, 32, 64, 64)  # one stage more: 8x6 again
@@ -230,3 +268,14 @@ def test_demonstrations_to_a_policy_that_moves_the_twin_and_the_graph(tmp_path, 
 def test_warm_up_is_short_for_short_runs():
     config = TrainConfig(dataset="x", steps=50, learning_rate=1.0)
     assert trainer_module._learning_rate(config, 4) == pytest.approx(1.0)
+
+
+def test_the_command_line_trains_keypoints_for_the_image_policy_only(synthetic, tmp_path, capsys):
+    from r2s2r.cli import main
+    common = ["train", "--dataset", str(synthetic), "--steps", "4", "--batch", "8", "--no-progress"]
+    assert main(common + ["--policy", "mlp", "--keypoints", "4", "--out", str(tmp_path / "mlp")]) == 2
+    assert "keypoints train the image policy; expected 0 for policy 'mlp'" in capsys.readouterr().err
+    assert main(common + ["--policy", "act", "--keypoints", "4", "--image-size", "32x24",
+                          "--out", str(tmp_path / "act")]) == 0
+    assert json.loads((tmp_path / "act" / "config.json").read_text())["model"] == {"keypoints": 4}
+    assert "keypoints_in.weight" in weights(latest_checkpoint(tmp_path / "act"))

@@ -20,7 +20,8 @@ def _train(args) -> int:
                          learning_rate=args.learning_rate, checkpoint_every=args.checkpoint_every,
                          image_size=args.image_size, cameras=cameras, threads=args.threads,
                          privileged=args.privileged, state_noise=args.state_noise,
-                         image_shift=args.image_shift, object_pose_loss=args.object_pose_loss)
+                         image_shift=args.image_shift, object_pose_loss=args.object_pose_loss,
+                         model={"keypoints": args.keypoints} if args.keypoints else {})
     try:
         last = Trainer(config, args.out).train(progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -57,6 +58,9 @@ def add_train_parser(sub) -> None:
     tr.add_argument("--object-pose-loss", type=float, default=0.0,
                     help="act: weight of an auxiliary loss reading the objects' poses from the images (a dataset "
                          "collected with --privileged; training only, the policy never observes them)")
+    tr.add_argument("--keypoints", type=_count(0, 256), default=0,
+                    help="act: spatial-softmax keypoints per camera (where in the picture each learned feature is); "
+                         "with --object-pose-loss the poses are read from them and handed to the decoder")
     tr.add_argument("--threads", type=_count(1, 256), default=2, help="torch CPU threads")
     tr.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -18,9 +18,18 @@ whole, as it must.
   chunks are ensembled or replanned by the runtime. With `auxiliary_size`, a second head reads
   the objects' poses out of the state token for an auxiliary loss in training (the twin knows
   them; the robot's policy never sees them).
+
+  With `keypoints` K, each camera's network also ends, at a finer stage (at most KEYPOINT_CELLS
+  cells), in K spatial-softmax keypoints (Levine et al., 2016; robomimic's image encoder): where
+  in the picture each learned feature is strongest, as continuous coordinates, which locate an
+  object to a fraction of a cell. The keypoints of all cameras become one more token; with
+  `auxiliary_size` too, the auxiliary head reads the objects' poses from the keypoints and the
+  joints, and its reading becomes a token as well, so the decoder acts on where it sees the objects.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -71,15 +80,62 @@ def default_channels(image_height: int, image_width: int) -> tuple[int, ...]:
     return tuple(channels)
 
 
-def _backbone(channels: tuple[int, ...], width: int) -> nn.Sequential:
+KEYPOINT_CELLS = 256  # keypoints come from the first stage with at most this many cells (16x12 at 64x48)
+
+
+def _stages(channels: tuple[int, ...]) -> list[nn.Sequential]:
     """Stride-2 convolutions with group norm (batch statistics would differ between a batch of
-    one on the robot and the training batches), then a 1x1 projection to the token width."""
-    layers, previous = [], 3
+    one on the robot and the training batches)."""
+    stages, previous = [], 3
     for out in channels:
-        layers += [nn.Conv2d(previous, out, 3, stride=2, padding=1), nn.GroupNorm(8, out), nn.GELU()]
+        stages.append(nn.Sequential(nn.Conv2d(previous, out, 3, stride=2, padding=1), nn.GroupNorm(8, out), nn.GELU()))
         previous = out
-    layers.append(nn.Conv2d(previous, width, 1))
-    return nn.Sequential(*layers)
+    return stages
+
+
+def _halved(height: int, width: int, times: int) -> tuple[int, int]:
+    for _ in range(times):
+        height, width = (height + 1) // 2, (width + 1) // 2
+    return height, width
+
+
+def keypoint_stage(channels: tuple[int, ...], image_height: int, image_width: int) -> int:
+    """How many stages run before the keypoints are read: the first map of at most KEYPOINT_CELLS."""
+    for stage in range(1, len(channels) + 1):
+        if math.prod(_halved(image_height, image_width, stage)) <= KEYPOINT_CELLS:
+            return stage
+    return len(channels)
+
+
+class _Camera(nn.Module):
+    """One camera's network: its feature map as tokens and, with `keypoints`, the spatial
+    softmax's (x, y) in [-1, 1] of each of them, read at `keypoint_stage`."""
+
+    def __init__(self, channels: tuple[int, ...], width: int, keypoints: int, keypoint_stage: int):
+        super().__init__()
+        stages = _stages(channels)
+        self.early = nn.Sequential(*stages[:keypoint_stage])
+        self.late = nn.Sequential(*stages[keypoint_stage:], nn.Conv2d(channels[-1], width, 1))
+        self.keypoints = nn.Conv2d(channels[keypoint_stage - 1], keypoints, 1) if keypoints else None
+
+    def forward(self, image: torch.Tensor):
+        early = self.early(image)
+        tokens = self.late(early).flatten(2).transpose(1, 2)  # (B, h * w, width)
+        if self.keypoints is None:
+            return tokens, None
+        return tokens, spatial_softmax(self.keypoints(early))
+
+
+def spatial_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """(B, K, h, w) scores to (B, 2K): each map's softmax-weighted mean x, then y, in [-1, 1]
+    from the left and the top edge's cells to the right and the bottom edge's."""
+    batch, count, height, width = scores.shape
+    attention = torch.softmax(scores.flatten(2), dim=2).reshape(batch, count, height, width)
+    xs = torch.linspace(-1.0, 1.0, width, dtype=scores.dtype, device=scores.device)
+    ys = torch.linspace(-1.0, 1.0, height, dtype=scores.dtype, device=scores.device)
+    x = (attention.sum(dim=2) * xs).sum(dim=2)
+    y = (attention.sum(dim=3) * ys).sum(dim=2)
+    return torch.cat([x, y], dim=1)
 
 
 class ActPolicy(_Clamped):
@@ -87,18 +143,26 @@ class ActPolicy(_Clamped):
                  image_width: int, width: int = 64, heads: int = 4, encoder_layers: int = 2, decoder_layers: int = 2,
                  feedforward: int = 256, dropout: float = 0.1, channels: tuple[int, ...] | None = None,
                  action_low: list[float] | None = None, action_high: list[float] | None = None,
-                 auxiliary_size: int = 0):
+                 auxiliary_size: int = 0, keypoints: int = 0):
         super().__init__()
         self._bounds(action_size, action_low, action_high)
         if cameras < 1:
             raise ValueError("ActPolicy needs one camera at least; StateMLP takes the state alone")
+        if keypoints < 0:
+            raise ValueError(f"keypoints {keypoints}; expected 0 (none) or more per camera")
         self.action_size, self.chunk_length = action_size, chunk_length
         channels = tuple(channels) if channels is not None else default_channels(image_height, image_width)
-        self.backbones = nn.ModuleList(_backbone(channels, width) for _ in range(cameras))
-        height, width_px = image_height, image_width
-        for _ in channels:
-            height, width_px = (height + 1) // 2, (width_px + 1) // 2
-        tokens = 1 + cameras * height * width_px
+        stage = keypoint_stage(channels, image_height, image_width)
+        self.backbones = nn.ModuleList(_Camera(channels, width, keypoints, stage) for _ in range(cameras))
+        tokens = 1 + cameras * math.prod(_halved(image_height, image_width, len(channels)))
+        self.keypoints_in = None
+        if keypoints:
+            seen = 2 * keypoints * cameras
+            self.keypoints_in = nn.Linear(seen, width)
+            tokens += 1
+            if auxiliary_size:  # the poses read from the keypoints, and that reading as a token
+                self.poses_in = nn.Linear(auxiliary_size, width)
+                tokens += 1
         self.state_in = nn.Linear(state_size, width)
         self.position = nn.Parameter(torch.zeros(1, tokens, width))
         self.queries = nn.Parameter(torch.zeros(1, chunk_length, width))
@@ -111,20 +175,38 @@ class ActPolicy(_Clamped):
             nn.TransformerDecoderLayer(width, heads, feedforward, dropout, batch_first=True, norm_first=True),
             decoder_layers)
         self.head = nn.Linear(width, action_size)
-        self.auxiliary = nn.Linear(width, auxiliary_size) if auxiliary_size else None
+        self.auxiliary = None  # reads the objects' poses: from the keypoints, or from the state token
+        if auxiliary_size:
+            self.auxiliary = nn.Sequential(nn.Linear(state_size + 2 * keypoints * cameras, feedforward), nn.GELU(),
+                                           nn.Linear(feedforward, auxiliary_size)) if keypoints \
+                else nn.Linear(width, auxiliary_size)
 
     def forward(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
         return self.forward_with_auxiliary(state, *images)[0]
 
     def forward_with_auxiliary(self, state: torch.Tensor, *images: torch.Tensor):
-        """The chunk, and the auxiliary head's reading of the state token (None without one)."""
-        tokens = [self.state_in(state)[:, None, :]]
+        """The chunk, and the auxiliary head's reading of the objects' poses (None without one)."""
+        tokens, keypoints = [self.state_in(state)[:, None, :]], []
         for backbone, image in zip(self.backbones, images):
-            tokens.append(backbone(image).flatten(2).transpose(1, 2))  # (B, h * w, width)
+            cells, points = backbone(image)
+            tokens.append(cells)
+            keypoints.append(points)
+        poses = None
+        if self.keypoints_in is not None:
+            seen = torch.cat(keypoints, dim=1)
+            tokens.append(self.keypoints_in(seen)[:, None, :])
+            if self.auxiliary is not None:
+                # With the joints: a wrist camera's keypoints say where an object is only
+                # together with where the arm holds the camera.
+                poses = self.auxiliary(torch.cat([state, seen], dim=1))
+                # The decoder takes the reading as it is: the action loss does not bend the poses.
+                tokens.append(self.poses_in(poses.detach())[:, None, :])
         memory = self.encoder(torch.cat(tokens, dim=1) + self.position)
         queries = self.queries.expand(state.shape[0], -1, -1)
         chunk = self.clamp(self.head(self.decoder(queries, memory)))
-        return chunk, None if self.auxiliary is None else self.auxiliary(memory[:, 0])
+        if poses is None and self.auxiliary is not None:
+            poses = self.auxiliary(memory[:, 0])
+        return chunk, poses
 
 
-__all__ = ["StateMLP", "ActPolicy"]
+__all__ = ["StateMLP", "ActPolicy", "spatial_softmax"]

@@ -82,8 +82,8 @@ class TrainConfig:
             raise TrainError(f"image_shift {self.image_shift}; expected 0 or more pixels")
         if not (self.object_pose_loss >= 0 and math.isfinite(self.object_pose_loss)):
             raise TrainError(f"object_pose_loss {self.object_pose_loss}; expected a weight of 0 or more")
-        if self.policy != "act" and (self.object_pose_loss or self.image_shift):
-            raise TrainError(f"object_pose_loss and image_shift train the image policy; expected 0 for "
+        if self.policy != "act" and (self.object_pose_loss or self.image_shift or self.model.get("keypoints")):
+            raise TrainError(f"object_pose_loss, image_shift and keypoints train the image policy; expected 0 for "
                              f"policy {self.policy!r}")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise TrainError(f"learning_rate {self.learning_rate}; expected a positive number")
