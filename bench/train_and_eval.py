@@ -9,9 +9,9 @@ joints alone do not say where the block is: privileged, the twin's only) and ACT
 the state and the cameras at --image-size (the poses only as the target of its auxiliary loss,
 --object-pose-loss, read from --keypoints spatial-softmax keypoints per camera), and evaluate
 both and the expert on --trials trials. Prints success with Wilson 95 % intervals, each
-policy's share of the expert's success, training wall time and steps per second. Targets (issue 24): with 200 demonstrations the state
-policy reaches 80 % of the expert's success and the image policy 60 %, each trained in under 30
-minutes on two cores.
+policy's share of the expert's success, training wall time and steps per second. Targets
+(issue 24): with 200 demonstrations the state policy reaches 80 % of the expert's success and
+the image policy 60 %, each trained in under 30 minutes on two cores.
 
 Everything lands in --out (datasets, runs, the trial store), so an interrupted run resumes: a
 finished collection, training or campaign is reused.
