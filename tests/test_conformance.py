@@ -173,12 +173,19 @@ def run_sequence(client, robot) -> dict:
     return seen
 
 
+def drivers(node) -> list:
+    return [n for n in node.get_node_names_and_namespaces() if tuple(n) == ("driver", "/")]
+
+
 def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name="client"):
     client = ros_client()
     # The test's clients share one DDS participant, which forgets a stopped driver when its
     # goodbye arrives or, if that is lost, when its lease runs out: this graph must not count
     # the endpoints of the driver run before.
     assert wait_for(lambda: client.node.count_publishers("/joint_states") == 0, 30), "an earlier driver lingers"
+    # Its node's name too: the graph reads a node's interface by name (tests/graph.py).
+    assert wait_for(lambda: not drivers(client.node), 60), \
+        f"an earlier driver's node lingers in the graph: {client.node.get_node_names_and_namespaces()}"
     proc = stack_process(stack, env=env, pythonpath=pythonpath)
     client.wait_for_joint_states(60)
     contract = driver_interface(robot.group_names, [g.name for g in robot.grippers], simulated=False)
