@@ -240,7 +240,8 @@ def test_link_loss_on_stop_is_detected_within_100ms_and_connect_recovers(emulato
     hw = backend(link_timeout_s=0.05)
     loop = active_loop(hw)
     target = HOME + np.array([1.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    stream(loop, 0.25, target)
+    # Under way, well clear of home (a loaded host moved it 0.055 rad in a fixed 0.25 s).
+    stream(loop, 20.0, target, until=lambda sample: arm_of(sample)[0] > HOME[0] + 0.2)
     emulator.stop()
     lost_at = time.monotonic()
     with pytest.raises(LinkLost):
