@@ -18,6 +18,11 @@ def absolute(name: str, namespace: str, node: str) -> str:
     return f"{namespace.rstrip('/')}/{name}"
 
 
+def nodes_named(client_node, node: str, namespace: str = "/") -> int:
+    """How many nodes of this name the client's graph lists now."""
+    return sum(1 for name, space in client_node.get_node_names_and_namespaces() if (name, space) == (node, namespace))
+
+
 def node_interface(client_node, node: str, namespace: str = "/", timeout: float = 60.0, expect_topics: int = 0):
     """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string.
 
@@ -28,8 +33,7 @@ def node_interface(client_node, node: str, namespace: str = "/", timeout: float 
     deadline = time.monotonic() + timeout
     previous, seen, named = None, ({}, {}, {}), 0
     while time.monotonic() < deadline:
-        named = sum(1 for name, space in client_node.get_node_names_and_namespaces()
-                    if name == node and space == namespace)
+        named = nodes_named(client_node, node, namespace)
         if named == 1:
             try:
                 seen = (

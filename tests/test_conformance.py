@@ -23,7 +23,7 @@ import yaml
 
 from r2s2r.contract.interface import SIM_ONLY_PREFIXES, driver_interface
 from r2s2r.robots import get_robot
-from tests.graph import node_interface, qos_of
+from tests.graph import node_interface, nodes_named, qos_of
 from tests.ros_helpers import REPO
 from r2s2r.waiting import wait_for
 
@@ -173,10 +173,6 @@ def run_sequence(client, robot) -> dict:
     return seen
 
 
-def drivers(node) -> list:
-    return [n for n in node.get_node_names_and_namespaces() if tuple(n) == ("driver", "/")]
-
-
 def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name="client"):
     client = ros_client()
     # The test's clients share one DDS participant, which forgets a stopped driver when its
@@ -184,7 +180,7 @@ def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name
     # the endpoints of the driver run before.
     assert wait_for(lambda: client.node.count_publishers("/joint_states") == 0, 30), "an earlier driver lingers"
     # Its node's name too: the graph reads a node's interface by name (tests/graph.py).
-    assert wait_for(lambda: not drivers(client.node), 60), \
+    assert wait_for(lambda: nodes_named(client.node, "driver") == 0, 60), \
         f"an earlier driver's node lingers in the graph: {client.node.get_node_names_and_namespaces()}"
     proc = stack_process(stack, env=env, pythonpath=pythonpath)
     client.wait_for_joint_states(60)

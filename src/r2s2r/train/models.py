@@ -68,15 +68,19 @@ class StateMLP(_Clamped):
 IMAGE_TOKENS = 64  # at most this many tokens per camera by default (ACT's ResNet gives 15x20 at 480x640)
 
 
+def _halved(height: int, width: int, times: int) -> tuple[int, int]:
+    """A map's size after `times` stride-2 stages."""
+    for _ in range(times):
+        height, width = (height + 1) // 2, (width + 1) // 2
+    return height, width
+
+
 def default_channels(image_height: int, image_width: int) -> tuple[int, ...]:
     """(16, 32, 64), then more 64-channel stride-2 stages until a camera's feature map is at most
     IMAGE_TOKENS cells: attention's cost grows with the square of the token count."""
-    channels, height, width = [16, 32, 64], image_height, image_width
-    for _ in channels:
-        height, width = (height + 1) // 2, (width + 1) // 2
-    while height * width > IMAGE_TOKENS:
+    channels = [16, 32, 64]
+    while math.prod(_halved(image_height, image_width, len(channels))) > IMAGE_TOKENS:
         channels.append(64)
-        height, width = (height + 1) // 2, (width + 1) // 2
     return tuple(channels)
 
 
@@ -91,12 +95,6 @@ def _stages(channels: tuple[int, ...]) -> list[nn.Sequential]:
         stages.append(nn.Sequential(nn.Conv2d(previous, out, 3, stride=2, padding=1), nn.GroupNorm(8, out), nn.GELU()))
         previous = out
     return stages
-
-
-def _halved(height: int, width: int, times: int) -> tuple[int, int]:
-    for _ in range(times):
-        height, width = (height + 1) // 2, (width + 1) // 2
-    return height, width
 
 
 def keypoint_stage(channels: tuple[int, ...], image_height: int, image_width: int) -> int:
