@@ -66,17 +66,25 @@ def stack_process():
 
 @pytest.fixture
 def ros_client():
-    """A RobotClient on this session's ROS domain, closed after the test."""
+    """A RobotClient on this session's ROS domain, closed after the test. Each client is a DDS
+    participant of its own, so its graph holds only what is announced while it lives: a
+    participant the whole session shared kept graph entries of nodes stopped long before (two
+    nodes named driver, one without endpoints, for over a minute in a full run)."""
+    import rclpy
+    from rclpy.context import Context
     from r2s2r.nodes.client import RobotClient
     clients = []
 
     def make(**kwargs):
-        client = RobotClient(name=f"test_client_{len(clients)}", **kwargs)
+        context = Context()
+        rclpy.init(context=context)
+        client = RobotClient(name=f"test_client_{len(clients)}", context=context, **kwargs)
         clients.append(client)
         return client
     yield make
     for client in clients:
         client.close()
+        client.node.context.shutdown()
 
 
 @pytest.fixture(scope="module")

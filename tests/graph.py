@@ -27,9 +27,10 @@ def node_interface(client_node, node: str, namespace: str = "/", timeout: float 
     """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string.
 
     The graph names a node only once its participant's ros_discovery_info arrives, which can
-    trail its endpoints by many seconds on a loaded host; and a node of the same name that
-    stopped before may stay listed until its participant's lease runs out (20 s) if its goodbye
-    was lost, hiding the live one. So a read counts only while exactly one node has the name."""
+    trail its endpoints by many seconds on a loaded host; and a participant that lived through
+    an earlier node of the same name may still list it, without endpoints, long after it
+    stopped (read with a client made after that). So a read counts only while exactly one node
+    has the name."""
     deadline = time.monotonic() + timeout
     previous, seen, named = None, ({}, {}, {}), 0
     while time.monotonic() < deadline:

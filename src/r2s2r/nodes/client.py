@@ -27,10 +27,11 @@ class RobotClient:
     """Owns a node spinning on a background thread; all methods are safe to call from the caller's thread."""
 
     def __init__(self, name: str = "r2s2r_client", namespace: str = "", driver: str = "driver",
-                 cameras: Sequence[str] = ()):
-        if not rclpy.ok():
+                 cameras: Sequence[str] = (), context=None):
+        # context: an initialised rclpy Context (a DDS participant of the caller's), else the default.
+        if context is None and not rclpy.ok():
             rclpy.init()
-        self.node = Node(name, namespace=namespace)
+        self.node = Node(name, namespace=namespace, context=context)
         self.driver = driver
         self._lock = threading.Lock()
         self._joints: JointSample | None = None
@@ -43,7 +44,7 @@ class RobotClient:
         for cam in cameras:
             self.node.create_subscription(Image, Topics.camera_image(cam),
                                           lambda msg, c=cam: self._on_image(c, msg), qos.SENSOR)
-        self._executor = SingleThreadedExecutor()
+        self._executor = SingleThreadedExecutor(context=context)
         self._executor.add_node(self.node)
         self._thread = spin_in_background(self._executor)
 
