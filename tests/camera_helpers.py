@@ -228,9 +228,12 @@ class CameraListener:
         from sensor_msgs.msg import CameraInfo, Image
 
         from r2s2r.contract import Topics, qos
-        if not rclpy.ok():
-            rclpy.init()
-        self.node = Node(name)
+        from rclpy.context import Context
+        # A DDS participant of its own, as each test client has (conftest.ros_client): a
+        # participant the whole session shared kept its history of every node before.
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = Node(name, context=self.context)
         self.delay = delay
         self.lock = threading.Lock()
         self.images = {c: [] for c in cameras}  # (arrival time, msg)
@@ -245,7 +248,7 @@ class CameraListener:
             self.node.create_subscription(Image, Topics.camera_depth(camera),
                                           lambda m, c=camera: self._keep(self.depths[c], m), qos.SENSOR)
         self.node.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, self._on_diagnostics, qos.DIAGNOSTICS)
-        self.executor = SingleThreadedExecutor()
+        self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.thread = spin_in_background(self.executor)
 
@@ -275,3 +278,4 @@ class CameraListener:
         from r2s2r.nodes.runtime import stop_spinning
         stop_spinning(self.executor, self.thread)
         self.node.destroy_node()
+        self.context.shutdown()
