@@ -67,6 +67,24 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def killed_after(config, run, step: int, monkeypatch, partial: str | None = None) -> None:
+    """Train `run`, killed right after its checkpoint of `step` (and, with `partial`, in the
+    middle of writing that checkpoint folder next)."""
+    save = Trainer._save
+
+    def save_then_die(self, at, *args):
+        folder = save(self, at, *args)
+        if at == step:
+            if partial:
+                (folder.parent / f"{partial}.partial").mkdir()
+            raise KeyboardInterrupt
+        return folder
+    monkeypatch.setattr(Trainer, "_save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config, run).train(progress=False)
+    monkeypatch.undo()
+
+
 def test_training_is_deterministic_and_resumes_exactly(synthetic, tmp_path, monkeypatch):
     config = TrainConfig(dataset=str(synthetic), policy="mlp", steps=60, batch=16, checkpoint_every=20, seed=3,
                          model={"hidden": 32, "layers": 2})
@@ -82,18 +100,7 @@ def test_training_is_deterministic_and_resumes_exactly(synthetic, tmp_path, monk
     assert not same(noisy_weights, weights(first))
 
     # Killed right after its step-40 checkpoint (and in the middle of writing the next one), then resumed.
-    save = Trainer._save
-
-    def save_then_die(self, step, *args):
-        folder = save(self, step, *args)
-        if step == 40:
-            (folder.parent / "step_000060.partial").mkdir()
-            raise KeyboardInterrupt
-        return folder
-    monkeypatch.setattr(Trainer, "_save", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(config, tmp_path / "killed").train(progress=False)
-    monkeypatch.undo()
+    killed_after(config, tmp_path / "killed", 40, monkeypatch, partial="step_000060")
     assert latest_checkpoint(tmp_path / "killed").name == "step_000040"
     resumed = Trainer(config, tmp_path / "killed").train(progress=False)
     assert resumed.name == "step_000060" and same(weights(resumed), weights(first))
@@ -279,3 +286,107 @@ def test_the_command_line_trains_keypoints_for_the_image_policy_only(synthetic, 
                           "--out", str(tmp_path / "act")]) == 0
     assert json.loads((tmp_path / "act" / "config.json").read_text())["model"] == {"keypoints": 4}
     assert "keypoints_in.weight" in weights(latest_checkpoint(tmp_path / "act"))
+
+
+def squares(root, columns, rng, distractors: bool = False):
+    """Episodes of one frame per scene (as stills are): a red square at column `columns[i]`, the
+    environment state its centre, random joints; with `distractors`, a green square of the same
+    size elsewhere on the row."""
+    episodes = []
+    for column in columns:
+        image = rng.integers(0, 40, (1, 24, 32, 3), dtype=np.uint8)  # every channel varies: its std is no 0
+        image[0, 8:16, column:column + 4] = (255, 0, 0)
+        if distractors:
+            other = rng.choice([c for c in range(29) if abs(c - column) >= 6])
+            image[0, 8:16, other:other + 4] = (0, 255, 0)
+        state = rng.uniform(-1, 1, (1, len(NAMES))).astype(np.float32)
+        episodes.append(Episode("squares", {"observation.state": state, "action": state,
+                                            "observation.environment_state": np.array(
+                                                [[(column + 2) / 32.0, 0.5]], np.float32),
+                                            "observation.images.scene": image}))
+    features = {"observation.state": Feature("float32", (len(NAMES),), NAMES),
+                "action": Feature("float32", (len(NAMES),), NAMES),
+                "observation.environment_state": Feature("float32", (2,), ["square.x", "square.y"]),
+                "observation.images.scene": Feature("video", (24, 32, 3))}
+    return write_episodes(root, 20, features, "franka_fr3", episodes)
+
+
+def read_square(checkpoint, columns: tuple[int, int]) -> float:
+    """The trained reading of the red square's x (in picture widths) in a picture with the red
+    square at columns[0] and a green one at columns[1]."""
+    stored = torch.load(checkpoint / "model.pt", weights_only=True)
+    network = ActPolicy(**stored["model"]["kwargs"])
+    network.load_state_dict(stored["state_dict"])
+    network.eval()
+    image = torch.full((1, 3, 24, 32), 20 / 255)
+    image[0, :, 8:16, columns[0]:columns[0] + 4] = torch.tensor([1.0, 0.0, 0.0])[:, None, None]
+    image[0, :, 8:16, columns[1]:columns[1] + 4] = torch.tensor([0.0, 1.0, 0.0])[:, None, None]
+    normalization = Normalizer.from_dict(stored["normalization"])
+    scene = normalization.features["image.scene"]
+    mean, std = (torch.tensor(np.asarray(scene.stats[k]), dtype=torch.float32) for k in ("mean", "std"))
+    with torch.no_grad():
+        read = network.read_poses(torch.zeros(1, len(NAMES)), (image - mean) / (std + scene.eps))
+    return float(read[0, 0])
+
+
+def test_stills_teach_the_pose_reading_what_the_demonstrations_never_show(tmp_path, monkeypatch):
+    """Demonstrations show a red square alone; stills show it beside a green one. Trained with
+    the stills, the reading finds the red square and ignores the green; trained on the
+    demonstrations alone, a green square pulls it away."""
+    rng = np.random.default_rng(1)
+    demos = squares(tmp_path / "demos", rng.integers(0, 29, 40), rng)
+    stills = squares(tmp_path / "stills", rng.integers(0, 29, 160), rng, distractors=True)
+    model = {"width": 32, "feedforward": 64, "channels": (8, 16), "keypoints": 4}
+    config = TrainConfig(dataset=str(demos), policy="act", steps=40, batch=32, checkpoint_every=20, chunk_length=2,
+                         image_size=(32, 24), validation_share=0.0, object_pose_loss=1.0, model=model,
+                         stills=str(stills), still_steps=400)
+    checkpoint = Trainer(config, tmp_path / "run").train(progress=False)
+    losses = json.loads((tmp_path / "run" / "losses.json").read_text())
+    before = np.array(losses["stills"]["train"])[:, 1]
+    assert before[-20:].mean() < 0.5 * before[:20].mean(), f"{before[:20].mean()} -> {before[-20:].mean()}"
+    assert len(losses["stills_pose"]) == 40 and losses["wall_s"] > losses["stills"]["wall_s"]
+    alone = TrainConfig(**{**config.__dict__, "stills": None, "still_steps": 0, "steps": 440})
+    without = Trainer(alone, tmp_path / "alone").train(progress=False)
+    scale = float(np.std(open_dataset_frames(demos)))  # the reading is in the demonstrations' std units
+    for red, green in ((4, 22), (22, 4)):
+        truth = (red + 2) / 32
+        mean = float(np.mean(open_dataset_frames(demos)))
+        seen = read_square(checkpoint, (red, green)) * scale + mean
+        fooled = read_square(without, (red, green)) * scale + mean
+        assert abs(seen - truth) < 0.12, f"red at {truth:.2f} read at {seen:.2f} with stills"
+        assert abs(fooled - truth) > abs(seen - truth) + 0.05, \
+            f"red at {truth:.2f}: read at {seen:.2f} with stills, {fooled:.2f} without"
+
+    # Killed after the stills and the first checkpoint: the resumed run does not redo the stills
+    # and ends where the uninterrupted one did.
+    killed_after(config, tmp_path / "killed", 20, monkeypatch)
+    learned = []
+    monkeypatch.setattr(Trainer, "_learn_from_stills", lambda *a: learned.append(a) or {})
+    resumed = Trainer(config, tmp_path / "killed").train(progress=False)
+    assert not learned and same(weights(resumed), weights(checkpoint))
+
+
+def open_dataset_frames(root) -> np.ndarray:
+    from r2s2r.data.lerobot_v3 import open_dataset
+    dataset = open_dataset(root)
+    return np.concatenate([dataset.episode(i, videos=False).frames["observation.environment_state"][:, 0]
+                           for i in range(len(dataset.episodes))])
+
+
+def test_stills_that_do_not_fit_are_refused_by_name(synthetic, tmp_path):
+    base = dict(dataset=str(synthetic), policy="act", object_pose_loss=1.0, steps=1, image_size=(32, 24))
+    with pytest.raises(TrainError, match="expected policy act with object_pose_loss above 0"):
+        Trainer(TrainConfig(**{**base, "object_pose_loss": 0.0}, stills=str(synthetic)), tmp_path / "a")
+    with pytest.raises(TrainError, match="still_steps 10 without stills"):
+        Trainer(TrainConfig(**base, still_steps=10), tmp_path / "b")
+    other = write_episodes(tmp_path / "other", 20, {
+        "observation.state": Feature("float32", (len(NAMES),), NAMES),
+        "action": Feature("float32", (len(NAMES),), NAMES),
+        "observation.environment_state": Feature("float32", (2,), ["cup.x", "cup.y"]),
+        "observation.images.scene": Feature("video", (24, 32, 3))}, "franka_fr3", [Episode("other", {
+            "observation.state": np.zeros((2, len(NAMES)), np.float32),
+            "action": np.zeros((2, len(NAMES)), np.float32),
+            "observation.environment_state": np.zeros((2, 2), np.float32),
+            "observation.images.scene": np.zeros((2, 24, 32, 3), np.uint8)})])
+    with pytest.raises(TrainError, match=r"observation.environment_state is \['cup.x', 'cup.y'\]; expected"):
+        Trainer(TrainConfig(**base, stills=str(other)), tmp_path / "c").train(progress=False)

@@ -6,6 +6,8 @@
     r2s2r dataset info DATASET
     r2s2r dataset merge DATASET... --out DATASET
     r2s2r dataset from-mcap EPISODE.mcap... --task TASK --out DATASET [--fps 20] [--cameras a,b] [--image-size 128x96]
+    r2s2r dataset stills --task T --scenes N --poses-from DATASET [--poses 4] [--envelope E] [--cameras a,b]
+                         [--image-size 128x96] --out DATASET
 """
 
 from __future__ import annotations
@@ -117,6 +119,30 @@ def _dataset_from_mcap(args) -> int:
     return 0
 
 
+def _dataset_stills(args) -> int:
+    from r2s2r.data.lerobot_v3 import open_dataset
+    from r2s2r.data.stills import StillsOptions, render_stills
+    from r2s2r.eval.runner import TrialPool
+    from r2s2r.eval.tasks import load_task
+
+    task = load_task(args.task)
+    if args.envelope:
+        task.perturbations.within(args.envelope)  # an unknown envelope is named before anything runs
+    cameras = None if args.cameras is None else tuple(c.strip() for c in args.cameras.split(",") if c.strip())
+    options = StillsOptions(task=task.name, scenes=args.scenes, poses_from=str(Path(args.poses_from).resolve()),
+                            poses=args.poses, seed=args.seed, envelope=args.envelope, cameras=cameras,
+                            image_size=args.image_size)
+    try:
+        with TrialPool(args.workers) as pool:
+            out = render_stills(options, args.out, pool, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\nr2s2r dataset stills: stopped; rerun the same command to resume from what {args.out}/.stills "
+              "holds", file=sys.stderr)
+        return 130
+    print(open_dataset(out).summary())
+    return 0
+
+
 def add_dataset_parsers(sub) -> None:
     """Register `collect` and `dataset` on the r2s2r command's subparsers."""
     co = sub.add_parser("collect", help="demonstrations in the twin, written as a LeRobot v3.0 dataset (resumable)")
@@ -158,6 +184,21 @@ def add_dataset_parsers(sub) -> None:
     fm.add_argument("--image-size", type=image_size_type, default=(128, 96), help="WIDTHxHEIGHT of the images")
     fm.add_argument("--out", required=True)
     fm.set_defaults(func=_dataset_from_mcap)
+    st = ds.add_parser("stills", help="randomised still frames of a task's scene with the objects' poses, for "
+                                      "r2s2r train --stills (resumable)")
+    st.add_argument("--task", required=True, help="a task name (config/tasks) or task YAML")
+    st.add_argument("--scenes", type=_count(1), required=True, help="scenes, each drawn from the task's perturbations")
+    st.add_argument("--poses-from", required=True,
+                    help="a dataset of the task's robot (its demonstrations): the arm's poses are drawn from its states")
+    st.add_argument("--poses", type=_count(1, 1000), default=4, help="arm poses per scene")
+    st.add_argument("--envelope", default=None, help="draw the scenes within this named envelope of the task")
+    st.add_argument("--cameras", default=None, help="comma-separated cameras (default: all of the task's scene)")
+    st.add_argument("--image-size", type=image_size_type, default=(128, 96), help="WIDTHxHEIGHT of the images")
+    st.add_argument("--seed", type=int, default=0, help="scene i comes from it")
+    st.add_argument("--workers", type=_count(1, 1024), default=1, help="parallel rendering processes")
+    st.add_argument("--out", required=True, help="the dataset's folder (new, or unfinished stills' to resume)")
+    st.add_argument("--no-progress", action="store_true", help="no progress bar")
+    st.set_defaults(func=guarded(_dataset_stills))
 
 
 __all__ = ["add_replay_parser", "add_dataset_parsers", "image_size_type"]

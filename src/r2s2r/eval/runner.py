@@ -755,12 +755,12 @@ def add_stored(bar, count: int) -> None:
         bar.refresh()
 
 
-def progress_bar(total: int, label: str, enabled: bool = True):
+def progress_bar(total: int, label: str, enabled: bool = True, unit: str = "trial"):
     """A progress bar with rate and ETA on stderr (tqdm), or one that shows nothing."""
     if not enabled:
         return _NoBar()
     from tqdm import tqdm
-    return tqdm(total=total, desc=label, unit="trial", dynamic_ncols=True, smoothing=0.1, file=sys.stderr)
+    return tqdm(total=total, desc=label, unit=unit, dynamic_ncols=True, smoothing=0.1, file=sys.stderr)
 
 
 # -- campaigns of random perturbations (`r2s2r eval`) -------------------------------------------------------

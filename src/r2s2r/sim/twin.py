@@ -192,6 +192,26 @@ class Twin:
         mujoco.mj_forward(self.model, self.data)
         self._sensor_time = self.data.time
 
+    def pose(self, arm_positions: np.ndarray, gripper_openings: np.ndarray) -> None:
+        """The robot placed at rest at these arm positions (`joint_names` order) and gripper
+        openings, its drives holding there, the objects left where they are: a still frame to
+        render, not a motion (nothing is stepped)."""
+        arm = np.asarray(arm_positions, float)
+        openings = np.asarray(gripper_openings, float)
+        if arm.shape != (len(self.joint_names),) or openings.shape != (len(self.gripper_names),):
+            raise ValueError(f"a pose of {arm.shape} arm positions and {openings.shape} openings; expected "
+                             f"({len(self.joint_names)},) and ({len(self.gripper_names)},)")
+        self.data.qpos[self._arm_qpos] = arm
+        self.data.qvel[:] = 0.0
+        for gripper, opening in zip(self.robot.grippers, openings):
+            for name in gripper.joints:
+                self.data.qpos[self.model.joint(name).qposadr[0]] = opening / len(gripper.joints)
+        self.data.ctrl[self._arm_act] = arm
+        self.data.ctrl[self._gripper_act] = openings
+        self._hold_arm(arm)
+        mujoco.mj_forward(self.model, self.data)
+        self._sensor_time = self.data.time
+
     def snapshot(self) -> np.ndarray:
         """The full integration state (time, qpos, qvel, act, ctrl, warm start, ...)."""
         size = mujoco.mj_stateSize(self.model, _STATE)

@@ -1,6 +1,7 @@
 """`r2s2r train`: a compact policy from a LeRobot v3.0 dataset, on the CPU (train.trainer).
 
     r2s2r train --dataset D --policy mlp|act [--steps N] [--batch B] [--seed S] --out RUN
+    r2s2r train --dataset D --policy act --object-pose-loss W --keypoints K --stills STILLS [--still-steps N] --out RUN
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ def _train(args) -> int:
                          image_size=args.image_size, cameras=cameras, threads=args.threads,
                          privileged=args.privileged, state_noise=args.state_noise,
                          image_shift=args.image_shift, object_pose_loss=args.object_pose_loss,
+                         stills=str(Path(args.stills).resolve()) if args.stills else None,
+                         still_steps=args.still_steps,
                          model={"keypoints": args.keypoints} if args.keypoints else {})
     try:
         last = Trainer(config, args.out).train(progress=not args.no_progress)
@@ -61,6 +64,11 @@ def add_train_parser(sub) -> None:
     tr.add_argument("--keypoints", type=_count(0, 256), default=0,
                     help="act: spatial-softmax keypoints per camera (where in the picture each learned feature is); "
                          "with --object-pose-loss the poses are read from them and handed to the decoder")
+    tr.add_argument("--stills", default=None,
+                    help="act with --object-pose-loss: a dataset of `r2s2r dataset stills`; the camera networks "
+                         "learn the objects' poses from its scenes too")
+    tr.add_argument("--still-steps", type=_count(0, 10**7), default=0,
+                    help="steps on the stills alone before the policy's steps")
     tr.add_argument("--threads", type=_count(1, 256), default=2, help="torch CPU threads")
     tr.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")

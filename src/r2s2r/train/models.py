@@ -116,6 +116,10 @@ class _Camera(nn.Module):
         self.late = nn.Sequential(*stages[keypoint_stage:], nn.Conv2d(channels[-1], width, 1))
         self.keypoints = nn.Conv2d(channels[keypoint_stage - 1], keypoints, 1) if keypoints else None
 
+    def keypoints_of(self, image: torch.Tensor) -> torch.Tensor:
+        """The keypoints alone: the first stages and the keypoint layer, not the token stages."""
+        return spatial_softmax(self.keypoints(self.early(image)))
+
     def forward(self, image: torch.Tensor):
         early = self.early(image)
         tokens = self.late(early).flatten(2).transpose(1, 2)  # (B, h * w, width)
@@ -205,6 +209,17 @@ class ActPolicy(_Clamped):
         if poses is None and self.auxiliary is not None:
             poses = self.auxiliary(memory[:, 0])
         return chunk, poses
+
+    def read_poses(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
+        """The auxiliary head's reading of the objects' poses alone. With keypoints it needs only
+        the cameras' first stages, not the transformer: cheap enough to train on thousands of
+        still frames (r2s2r train --stills)."""
+        if self.auxiliary is None:
+            raise ValueError("this policy reads no poses; build it with auxiliary_size")
+        if self.keypoints_in is None:
+            return self.forward_with_auxiliary(state, *images)[1]
+        seen = torch.cat([b.keypoints_of(i) for b, i in zip(self.backbones, images)], dim=1)
+        return self.auxiliary(torch.cat([state, seen], dim=1))
 
 
 __all__ = ["StateMLP", "ActPolicy", "spatial_softmax"]

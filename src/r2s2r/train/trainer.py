@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from r2s2r.data.lerobot_v3 import DatasetError, open_dataset
 POLICIES = ("mlp", "act")
 ENVIRONMENT = "observation.environment_state"
 CHECKPOINTS = "checkpoints"
+STILLS_STAGE = "stills.pt"  # the model after its steps on stills alone: a resumed run does them once
 WARMUP_STEPS = 100
 ENSEMBLE_COEFFICIENT = 0.01  # the runtime's temporal ensembling for trained checkpoints, ACT's value
 
@@ -65,6 +66,12 @@ class TrainConfig:
     # teaches the camera network where the objects are. Training only: the checkpoint observes
     # the joints and the images alone.
     object_pose_loss: float = 0.0
+    # A dataset of randomised stills of the task (`r2s2r dataset stills`): the image policy's
+    # camera networks first learn the objects' poses from them alone for `still_steps` steps,
+    # then from a batch of stills beside each batch of demonstrations. Two hundred
+    # demonstrations show two hundred scenes; the stills show thousands more.
+    stills: str | None = None
+    still_steps: int = 0
     threads: int = 2  # the two cores of a CI machine; results are deterministic for a thread count
     model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
 
@@ -85,6 +92,13 @@ class TrainConfig:
         if self.policy != "act" and (self.object_pose_loss or self.image_shift or self.model.get("keypoints")):
             raise TrainError(f"object_pose_loss, image_shift and keypoints train the image policy; expected 0 for "
                              f"policy {self.policy!r}")
+        if int(self.still_steps) < 0:
+            raise TrainError(f"still_steps {self.still_steps}; expected 0 or more")
+        if self.stills and not (self.policy == "act" and self.object_pose_loss > 0 and not self.privileged):
+            raise TrainError("stills teach the image policy's object-pose reading; expected policy act with "
+                             "object_pose_loss above 0 and without privileged")
+        if self.still_steps and not self.stills:
+            raise TrainError(f"still_steps {self.still_steps} without stills; expected a stills dataset")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise TrainError(f"learning_rate {self.learning_rate}; expected a positive number")
 
@@ -230,6 +244,7 @@ class Trainer:
             cameras = self._cameras(dataset) if config.policy == "act" else ()
             data = TrainingData(dataset, cameras, config.image_size, config.privileged,
                                 environment=config.object_pose_loss > 0)
+            stills = self._stills(dataset, cameras) if config.stills else None
         except DatasetError as exc:
             raise TrainError(str(exc)) from None
         train_frames, validation_frames = data.split(config.validation_share, config.seed)
@@ -248,10 +263,16 @@ class Trainer:
             optimizer.load_state_dict(state["optimizer"])
             history = json.loads(state["history"])
             step = int(state["step"])
-        spent = history.get("wall_s", 0.0)  # the training time of the sessions before this one
         self.run.mkdir(parents=True, exist_ok=True)
         (self.run / "config.json").write_text(json.dumps(asdict(config), indent=2))
-        inputs = _Inputs(data, normalizer, cameras, config.image_shift)
+        poses = pose_scale(data.dataset) if data.environment is not None else None
+        inputs = _Inputs(data, normalizer, cameras, config.image_shift, poses)
+        # The stills' poses in the demonstrations' units: the policy's pose token reads them so.
+        still_inputs = None if stills is None else _Inputs(stills, normalizer, cameras, config.image_shift, poses)
+        if still_inputs is not None and latest is None:
+            history["stills"] = self._learn_from_stills(model, still_inputs, progress)
+            history["wall_s"] = history["stills"]["wall_s"]
+        spent = history.get("wall_s", 0.0)  # the training time before this session's policy steps
         bar = _bar(config.steps, step, progress)
         clock, last = time.perf_counter(), latest
         try:
@@ -265,8 +286,16 @@ class Trainer:
                     group["lr"] = _learning_rate(config, step)
                 model.train()
                 loss, pose_loss = inputs.loss(model, frames, config.chunk_length, noise, generator)
+                still_loss = None
+                if still_inputs is not None:
+                    stills_batch = torch.randint(len(still_inputs.states), (config.batch,), generator=generator)
+                    still_loss = still_inputs.pose_loss(model, stills_batch.numpy(), generator)
+                    history.setdefault("stills_pose", []).append([step + 1, float(still_loss.detach())])
+                total = loss if pose_loss is None else loss + config.object_pose_loss * pose_loss
+                if still_loss is not None:
+                    total = total + config.object_pose_loss * still_loss
                 optimizer.zero_grad(set_to_none=True)
-                (loss if pose_loss is None else loss + config.object_pose_loss * pose_loss).backward()
+                total.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
                 optimizer.step()
                 step += 1
@@ -289,6 +318,59 @@ class Trainer:
             bar.close()
         self._curves(history)
         return last
+
+    def _stills(self, dataset, cameras) -> "TrainingData":
+        """The stills' frames, checked to fit the demonstrations: same robot, state and objects."""
+        stills = open_dataset(self.config.stills)
+        where = f"stills {self.config.stills}"
+        if stills.robot_type != dataset.robot_type:
+            raise TrainError(f"{where}: of {stills.robot_type}; expected {dataset.robot_type}, the dataset's robot")
+        for key in ("observation.state", ENVIRONMENT):
+            theirs = stills.features[key].names if key in stills.features else None
+            if theirs != dataset.features[key].names:
+                raise TrainError(f"{where}: {key} is {theirs}; expected the dataset's {dataset.features[key].names}")
+        missing = [c for c in cameras if f"observation.images.{c}" not in stills.video_keys]
+        if missing:
+            raise TrainError(f"{where}: no images of camera {', '.join(missing)}; expected every camera "
+                             f"the policy sees ({', '.join(cameras)})")
+        return TrainingData(stills, cameras, self.config.image_size, environment=True)
+
+    def _learn_from_stills(self, model, stills: "_Inputs", progress: bool) -> dict:
+        """config.still_steps steps of the pose loss on the stills alone; the model after them is
+        kept in RUN/stills.pt, so a run killed later resumes after them. Their losses and time."""
+        import torch
+        from r2s2r.eval.runner import progress_bar
+        config = self.config
+        path = self.run / STILLS_STAGE
+        if path.is_file():
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"])
+            return json.loads(state["record"])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+        schedule = replace(config, steps=max(1, config.still_steps))
+        losses, clock = [], time.perf_counter()
+        bar = progress_bar(config.still_steps, "stills", progress, unit="step")
+        try:
+            for step in range(config.still_steps):
+                generator = torch.Generator().manual_seed(_step_seed(config.seed + 2, step))
+                frames = torch.randint(len(stills.states), (config.batch,), generator=generator).numpy()
+                for group in optimizer.param_groups:
+                    group["lr"] = _learning_rate(schedule, step)
+                model.train()
+                loss = stills.pose_loss(model, frames, generator)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+                optimizer.step()
+                losses.append([step + 1, float(loss.detach())])
+                bar.update(1)
+        finally:
+            bar.close()
+        record = {"train": losses, "wall_s": time.perf_counter() - clock}
+        partial = path.with_name(path.name + ".partial")
+        torch.save({"model": model.state_dict(), "record": json.dumps(record)}, partial)
+        partial.rename(path)
+        return record
 
     def _cameras(self, dataset) -> tuple[str, ...]:
         available = [k.removeprefix("observation.images.") for k in dataset.video_keys]
@@ -379,11 +461,21 @@ class Trainer:
         plt.close(figure)
 
 
+def pose_scale(dataset):
+    """The normalisation of the objects' poses for the auxiliary loss: the dataset's mean and
+    std, the std at least 1e-3 (a fixture that never turns has none)."""
+    from r2s2r.policy.normalize import FeatureStats
+    stats = dataset.stats[ENVIRONMENT]
+    return FeatureStats("mean_std", {"mean": np.array(stats["mean"], np.float32),
+                                     "std": np.maximum(np.array(stats["std"], np.float32), 1e-3)}, eps=0.0)
+
+
 class _Inputs:
     """Batches in the tensor-model contract: normalised state, normalised images, chunks and masks;
-    with the objects' poses (TrainingData.environment), those too, normalised, for the auxiliary loss."""
+    with the objects' poses (TrainingData.environment), those too, normalised by `poses`
+    (pose_scale), for the auxiliary loss."""
 
-    def __init__(self, data: TrainingData, normalizer, cameras, image_shift: int = 0):
+    def __init__(self, data: TrainingData, normalizer, cameras, image_shift: int = 0, poses=None):
         import torch
         self.data, self.cameras, self.image_shift = data, cameras, int(image_shift)
         self.states = torch.from_numpy(normalizer.normalize("state", data.states))
@@ -395,9 +487,7 @@ class _Inputs:
                             for c in cameras}
         self.objects = None
         if data.environment is not None:
-            stats = data.dataset.stats[ENVIRONMENT]
-            mean, std = np.array(stats["mean"], np.float32), np.array(stats["std"], np.float32)
-            self.objects = torch.from_numpy((data.environment - mean) / np.maximum(std, 1e-3))
+            self.objects = torch.from_numpy(poses.apply(data.environment).astype(np.float32))
 
     def _images(self, frames: np.ndarray, generator=None) -> list:
         import torch
@@ -417,6 +507,11 @@ class _Inputs:
         if self.objects is not None and getattr(model, "auxiliary", None) is not None:
             return model.forward_with_auxiliary(states, *images)
         return model(states, *images), None
+
+    def pose_loss(self, model, frames: np.ndarray, generator=None):
+        """The poses' L1 loss of the model's reading alone (ActPolicy.read_poses)."""
+        poses = model.read_poses(self.states[frames], *self._images(frames, generator))
+        return (poses - self.objects[frames]).abs().mean()
 
     def loss(self, model, frames: np.ndarray, length: int, noise=None, generator=None):
         """The actions' L1 loss (masked past each episode's end), and the poses' L1 loss or None."""
