@@ -37,8 +37,10 @@ HOST = os.environ.get("R2S2R_FRANKA_SIM_HOST", "127.0.0.31")
 LOSS_HOST = os.environ.get("R2S2R_FRANKA_SIM_HOST_2", "127.0.0.32")  # simulators the tests kill
 # franky-sim runs on an ordinary kernel. It paces its 1 kHz loop with time.sleep, so on a busy
 # host its state stream pauses for tens of milliseconds now and then: the tests allow 80 ms
-# (link_timeout_s) rather than the default 50 before calling the link lost.
-SETTINGS = {"ip": HOST, "realtime": "ignore", "link_timeout_s": 0.08}
+# (link_timeout_s) rather than the default 50 before calling the link lost. Bringing the arm's
+# process up and hearing from the simulator took over the default 10 s on a loaded host
+# (fresh46): the tests wait up to 60 s.
+SETTINGS = {"ip": HOST, "realtime": "ignore", "link_timeout_s": 0.08, "connect_timeout_s": 60.0}
 
 from tests.backend_helpers import PeerLog, active_loop, arrived, by_joint, hostile_session, stream  # noqa: E402
 from tests.peers import FrankySim  # noqa: E402

@@ -118,9 +118,14 @@ def test_a_network_stream_that_disappears_is_reported_and_reconnected(tmp_path, 
     assert "reconnected to http://127.0.0.1" in stack.output
 
 
-def test_a_slow_subscriber_does_not_grow_the_node(tmp_path, stack_process, listener):
+def test_a_slow_subscriber_does_not_grow_the_node(tmp_path, stack_process, listener, monkeypatch):
     """640x480 frames at 30 Hz for a reader that takes 0.25 s per frame: the node must not queue
-    what the reader cannot take (4 s of frames is over 100 MB)."""
+    what the reader cannot take (4 s of frames is over 100 MB).
+
+    Both ends use the large shared-memory segment, as config/cameras/fastdds_large_images.xml
+    says every process of such a graph should: over fragmented best-effort UDP a loaded host
+    lost a fragment of every 0.9 MiB frame for 30 s (fresh45, fresh46), and nothing arrived."""
+    monkeypatch.setenv("FASTRTPS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "cameras" / "fastdds_large_images.xml"))
     rng = np.random.default_rng(0)
     folder = tmp_path / "frames"
     folder.mkdir()
