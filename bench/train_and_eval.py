@@ -7,7 +7,8 @@ For each N in --demos: `r2s2r collect` N successful episodes (--cameras at --rec
 objects' poses recorded), train the MLP (--mlp-steps) on the state and the objects' poses (the
 joints alone do not say where the block is: privileged, the twin's only) and ACT (--act-steps) on
 the state and the cameras at --image-size (the poses only as the target of its auxiliary loss,
---object-pose-loss, read from --keypoints spatial-softmax keypoints per camera), and evaluate
+--object-pose-loss, read from --keypoints spatial-softmax keypoints per camera; with --stills S,
+also learnt from S randomised still scenes, `r2s2r dataset stills`), and evaluate
 both and the expert on --trials trials. Prints success with Wilson 95 % intervals, each
 policy's share of the expert's success, training wall time and steps per second. Targets
 (issue 24): with 200 demonstrations the state policy reaches 80 % of the expert's success and
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from r2s2r.data.collect import CollectOptions, collect
+from r2s2r.data.stills import StillsOptions, render_stills
 from r2s2r.eval.runner import TrialPool, plan_eval, run_trials
 from r2s2r.eval.stats import wilson
 from r2s2r.eval.store import TrialStore
@@ -43,6 +45,7 @@ TASK = "franka_block_in_bowl"
 EXPERT = f"scripted:{TASK}"
 ENVELOPE = "operating"
 DATA_SEED = 0
+STILLS_SEED = 7  # the still scenes' own draws
 EVAL_SEED = 20261205  # the held-out trials' campaign seed: no trial of the data has its seeds
 
 
@@ -65,6 +68,10 @@ def main() -> int:
     parser.add_argument("--image-shift", type=int, default=3, help="r2s2r train --image-shift, for ACT")
     parser.add_argument("--object-pose-loss", type=float, default=1.0, help="r2s2r train --object-pose-loss, for ACT")
     parser.add_argument("--keypoints", type=int, default=32, help="r2s2r train --keypoints, for ACT")
+    parser.add_argument("--stills", type=int, default=0,
+                        help="randomised still scenes rendered per dataset for ACT's pose reading (r2s2r dataset "
+                             "stills, 4 arm poses each; 0: none)")
+    parser.add_argument("--still-steps", type=int, default=20000, help="r2s2r train --still-steps, with --stills")
     parser.add_argument("--state-noise", type=float, default=0.05, help="r2s2r train --state-noise, for both")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="bench_output/train_and_eval")
@@ -91,6 +98,15 @@ def main() -> int:
                 done = collect(options, dataset, pool)
                 print(f"{demos} demonstrations from {done.trials} trials in {time.perf_counter() - clock:.0f} s",
                       flush=True)
+            stills = None
+            if args.stills:
+                stills = out / f"stills_{demos}"
+                if not (stills / "meta" / "info.json").is_file() or (stills / ".stills").exists():
+                    clock = time.perf_counter()
+                    render_stills(StillsOptions(task=TASK, scenes=args.stills, poses_from=str(dataset.resolve()),
+                                                seed=STILLS_SEED, envelope=ENVELOPE, cameras=cameras,
+                                                image_size=record_size), stills, pool)
+                    print(f"{args.stills} still scenes in {time.perf_counter() - clock:.0f} s", flush=True)
             for policy, steps in (("mlp", args.mlp_steps), ("act", args.act_steps)):
                 run = out / f"{policy}_{demos}"
                 config = TrainConfig(dataset=str(dataset.resolve()), policy=policy, steps=steps, batch=64,
@@ -98,7 +114,9 @@ def main() -> int:
                                      privileged=policy == "mlp", state_noise=args.state_noise,
                                      image_shift=args.image_shift if policy == "act" else 0,
                                      object_pose_loss=args.object_pose_loss if policy == "act" else 0.0,
-                                     model={"keypoints": args.keypoints} if policy == "act" and args.keypoints else {})
+                                     model={"keypoints": args.keypoints} if policy == "act" and args.keypoints else {},
+                                     stills=str(stills.resolve()) if policy == "act" and stills else None,
+                                     still_steps=args.still_steps if policy == "act" and stills else 0)
                 checkpoint = latest_checkpoint(run)
                 if checkpoint is None or not checkpoint.name.endswith(f"{steps:06d}"):
                     checkpoint = Trainer(config, run).train()
