@@ -219,7 +219,6 @@ class CameraListener:
     message with its arrival time; `delay` makes it a slow subscriber."""
 
     def __init__(self, cameras, delay: float = 0.0, name: str = "camera_listener"):
-        import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
 
@@ -228,11 +227,8 @@ class CameraListener:
         from sensor_msgs.msg import CameraInfo, Image
 
         from r2s2r.contract import Topics, qos
-        from rclpy.context import Context
-        # A DDS participant of its own, as each test client has (conftest.ros_client): a
-        # participant the whole session shared kept its history of every node before.
-        self.context = Context()
-        rclpy.init(context=self.context)
+        from tests.ros_helpers import own_context
+        self.context = own_context()  # as each test client has (conftest.ros_client)
         self.node = Node(name, context=self.context)
         self.delay = delay
         self.lock = threading.Lock()

@@ -70,15 +70,12 @@ def ros_client():
     participant of its own, so its graph holds only what is announced while it lives: a
     participant the whole session shared kept graph entries of nodes stopped long before (two
     nodes named driver, one without endpoints, for over a minute in a full run)."""
-    import rclpy
-    from rclpy.context import Context
     from r2s2r.nodes.client import RobotClient
+    from tests.ros_helpers import own_context
     clients = []
 
     def make(**kwargs):
-        context = Context()
-        rclpy.init(context=context)
-        client = RobotClient(name=f"test_client_{len(clients)}", context=context, **kwargs)
+        client = RobotClient(name=f"test_client_{len(clients)}", context=own_context(), **kwargs)
         clients.append(client)
         return client
     yield make

@@ -16,6 +16,17 @@ from r2s2r.processes import signal_group
 REPO = Path(__file__).resolve().parents[1]
 
 
+def own_context():
+    """An initialised rclpy Context: a DDS participant of the caller's own, whose graph holds
+    only what is announced while it lives (a participant the whole session shared kept entries
+    of nodes stopped long before). Shut it down when done."""
+    import rclpy
+    from rclpy.context import Context
+    context = Context()
+    rclpy.init(context=context)
+    return context
+
+
 class StackProcess:
     """`r2s2r up` in a subprocess, its output kept for assertions."""
 

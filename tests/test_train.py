@@ -348,9 +348,9 @@ def test_stills_teach_the_pose_reading_what_the_demonstrations_never_show(tmp_pa
     alone = TrainConfig(**{**config.__dict__, "stills": None, "still_steps": 0, "steps": 440})
     without = Trainer(alone, tmp_path / "alone").train(progress=False)
     scale = float(np.std(open_dataset_frames(demos)))  # the reading is in the demonstrations' std units
+    mean = float(np.mean(open_dataset_frames(demos)))
     for red, green in ((4, 22), (22, 4)):
         truth = (red + 2) / 32
-        mean = float(np.mean(open_dataset_frames(demos)))
         seen = read_square(checkpoint, (red, green)) * scale + mean
         fooled = read_square(without, (red, green)) * scale + mean
         assert abs(seen - truth) < 0.12, f"red at {truth:.2f} read at {seen:.2f} with stills"

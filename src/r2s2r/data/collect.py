@@ -64,6 +64,15 @@ def state_names(robot) -> list[str]:
     return [j for g in robot.groups for j in g.joints] + [f"{g.name}.opening" for g in robot.grippers]
 
 
+def rendered(renderer, camera: str, size: tuple[int, int]) -> np.ndarray:
+    """`camera`'s frame from a TwinRenderer, resized to `size` (width, height) as the policy layer resizes."""
+    import cv2
+    image = renderer.rgb(camera)
+    if (image.shape[1], image.shape[0]) != tuple(size):
+        image = cv2.resize(image, tuple(size), interpolation=cv2.INTER_AREA)
+    return image
+
+
 class DemonstrationRecorder(RecordingObserver):
     """Records one trial's frames (see the module's docstring). The image of tick k is rendered
     when the twin is at tick k's time: at the start, then after each tick for the next."""
@@ -87,14 +96,7 @@ class DemonstrationRecorder(RecordingObserver):
         self._pending = self._render()
 
     def _render(self) -> dict[str, np.ndarray]:
-        import cv2
-        frames = {}
-        for camera in self.cameras:
-            image = self._renderer.rgb(camera)
-            if (image.shape[1], image.shape[0]) != self.image_size:
-                image = cv2.resize(image, self.image_size, interpolation=cv2.INTER_AREA)
-            frames[camera] = image
-        return frames
+        return {camera: rendered(self._renderer, camera, self.image_size) for camera in self.cameras}
 
     def tick(self, twin, loop, observation, command) -> None:
         state = observation.state(self._space)
@@ -185,6 +187,23 @@ def read_conditions(path: str | Path, task) -> tuple[tuple[tuple[str, float], ..
 
 
 # -- staging -------------------------------------------------------------------------------------------
+def same_options(staging: Path, options, what: str) -> None:
+    """Record `options` in staging/options.json, or check that those recorded there are the same:
+    a run resumes only what the same options began (others are refused by name)."""
+    marker = staging / "options.json"
+    current = json.loads(json.dumps(asdict(options)))
+    if marker.is_file():
+        stored = json.loads(marker.read_text())
+        differ = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
+        if differ:
+            raise DatasetError(f"{staging.parent} holds {what} with other options "
+                               f"({', '.join(f'{k}: {stored.get(k)!r}' for k in differ)}); expected the same "
+                               f"options to resume it, or another --out")
+    else:
+        staging.mkdir(parents=True, exist_ok=True)
+        _write_whole(marker, json.dumps(current, indent=2).encode())
+
+
 class Staging:
     """OUT/.collect: the options, and each finished trial (its result, and its frames when kept)."""
 
@@ -195,18 +214,8 @@ class Staging:
 
     def open(self) -> None:
         """Start, or resume a collection with the same options (others are refused by name)."""
-        marker = self.root / "options.json"
-        current = json.loads(json.dumps(asdict(self.options)))
-        if marker.is_file():
-            stored = json.loads(marker.read_text())
-            differ = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
-            if differ:
-                raise DatasetError(f"{self.root.parent} holds an unfinished collection with other options "
-                                   f"({', '.join(f'{k}: {stored.get(k)!r}' for k in differ)}); expected the same "
-                                   f"options to resume it, or another --out")
-        else:
-            self.episodes.mkdir(parents=True, exist_ok=True)
-            _write_whole(marker, json.dumps(current, indent=2).encode())
+        self.episodes.mkdir(parents=True, exist_ok=True)
+        same_options(self.root, self.options, "an unfinished collection")
 
     def stored(self) -> dict[int, TrialResult]:
         found = {}

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from r2s2r.data.collect import META_PATH, POSE_FIELDS, _write_whole, privileged_objects, state_names, task_cameras
+from r2s2r.data.collect import (META_PATH, POSE_FIELDS, _write_whole, privileged_objects, rendered, same_options,
+                                state_names, task_cameras)
 from r2s2r.data.lerobot_v3 import DatasetError, DatasetWriter, Episode, Feature, open_dataset
 from r2s2r.processes import sole_writer
 
@@ -69,7 +70,6 @@ class _Renderer:
 
 def _render_block(state, scenes) -> dict[str, np.ndarray]:
     """The frames of a block of scenes, each (perturbation, arm states (poses, state size))."""
-    import cv2
     from r2s2r.sim.render import TwinRenderer
     from r2s2r.sim.twin import Twin
     context, base, shared = state
@@ -91,10 +91,7 @@ def _render_block(state, scenes) -> dict[str, np.ndarray]:
                 frames["observation.environment_state"].append(
                     np.concatenate([np.concatenate(poses[name]) for name in objects]).astype(np.float32))
                 for camera in context.cameras:
-                    image = renderer.rgb(camera)
-                    if (image.shape[1], image.shape[0]) != tuple(context.image_size):
-                        image = cv2.resize(image, tuple(context.image_size), interpolation=cv2.INTER_AREA)
-                    frames[f"observation.images.{camera}"].append(image)
+                    frames[f"observation.images.{camera}"].append(rendered(renderer, camera, context.image_size))
         finally:
             renderer.close()
     return {k: np.stack(v) for k, v in frames.items()}
@@ -139,17 +136,7 @@ def _render(options: StillsOptions, out: Path, pool, progress: bool) -> Path:
         raise DatasetError(f"task {task.name}'s scene has no camera; stills need one")
     space = task.perturbations.within(options.envelope) if options.envelope else task.perturbations
     states = arm_states(options, task, robot)
-    marker = staging / "options.json"
-    current = json.loads(json.dumps(asdict(options)))
-    if marker.is_file():
-        stored = json.loads(marker.read_text())
-        if stored != current:
-            differ = sorted(k for k in current if stored.get(k) != current.get(k))
-            raise DatasetError(f"{out} holds unfinished stills with other options ({', '.join(differ)}); "
-                               f"expected the same options to resume them, or another --out")
-    else:
-        staging.mkdir(parents=True, exist_ok=True)
-        _write_whole(marker, json.dumps(current, indent=2).encode())
+    same_options(staging, options, "unfinished stills")
     points = sample_perturbations(space, options.scenes, options.seed)
     context = _Renderer(f"stills:{options.key()}", task.name, cameras, tuple(options.image_size))
     starts = list(range(0, options.scenes, BLOCK))

@@ -192,8 +192,13 @@ def home_qpos(robot: RobotSpec, model: mujoco.MjModel, qpos: np.ndarray | None =
     qpos = model.qpos0.copy() if qpos is None else qpos.copy()
     for name, value in robot.home.items():
         qpos[model.joint(name).qposadr[0]] = value
-    for gripper in robot.grippers:
-        opening = gripper.opening_range[1] if gripper.home_opening is None else gripper.home_opening
+    openings = [g.opening_range[1] if g.home_opening is None else g.home_opening for g in robot.grippers]
+    return with_openings(robot, model, qpos, openings)
+
+
+def with_openings(robot: RobotSpec, model: mujoco.MjModel, qpos: np.ndarray, openings) -> np.ndarray:
+    """`qpos` (changed in place, and returned) with each gripper's finger joints sharing its opening."""
+    for gripper, opening in zip(robot.grippers, openings):
         for name in gripper.joints:
             qpos[model.joint(name).qposadr[0]] = opening / len(gripper.joints)
     return qpos

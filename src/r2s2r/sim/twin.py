@@ -15,7 +15,7 @@ import numpy as np
 
 from r2s2r.contract.types import JointSample
 from r2s2r.robots import get_robot
-from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpos
+from r2s2r.robots.model import add_camera, build_robot_spec, home_ctrl, home_qpos, with_openings
 from r2s2r.sim.dynamics import apply_dynamics, write_joint_dynamics
 from r2s2r.sim.fixtures import add_fixture
 from r2s2r.sim.scene import ObjectSpec, Scene
@@ -203,9 +203,7 @@ class Twin:
                              f"({len(self.joint_names)},) and ({len(self.gripper_names)},)")
         self.data.qpos[self._arm_qpos] = arm
         self.data.qvel[:] = 0.0
-        for gripper, opening in zip(self.robot.grippers, openings):
-            for name in gripper.joints:
-                self.data.qpos[self.model.joint(name).qposadr[0]] = opening / len(gripper.joints)
+        with_openings(self.robot, self.model, self.data.qpos, openings)
         self.data.ctrl[self._arm_act] = arm
         self.data.ctrl[self._gripper_act] = openings
         self._hold_arm(arm)
