@@ -20,6 +20,12 @@ from r2s2r.robots.spec import CameraSpec, RobotSpec
 VISUAL_GROUP = 0
 COLLISION_GROUP = 0
 
+# How far beyond the datasheet's position limits a revolute joint's hard stop lies, rad. A real
+# arm's mechanical stops lie beyond its software limits; the twin's servos, stopping on a limit at
+# speed, overshoot it by about a milliradian, and a stop at the limit itself turned that into an
+# acceleration spike (RB-Y1 right_arm_3, 1.065x its limit; docs/safety.md).
+HARD_STOP_MARGIN = 0.02
+
 
 def _link_colours(urdf_path) -> dict[str, tuple[float, float, float, float]]:
     """Link name -> RGBA of its first visual's material, from the URDF."""
@@ -109,6 +115,8 @@ def build_robot_spec(robot: RobotSpec) -> mujoco.MjSpec:
             joint.armature = group.armature[k] if group.armature else 0.0
             joint.frictionloss = group.frictionloss[k] if group.frictionloss else 0.0
             joint.actgravcomp = True
+            if joint.type == mujoco.mjtJoint.mjJNT_HINGE:
+                joint.range = [limits.lower[index] - HARD_STOP_MARGIN, limits.upper[index] + HARD_STOP_MARGIN]
             act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
             act.set_to_position(kp=group.kp[k], kv=group.kv[k])
             act.ctrlrange = [limits.lower[index], limits.upper[index]]

@@ -30,6 +30,9 @@ class JointGroup:
     frictionloss: tuple[float, ...] = ()  # dry friction, N m (default 0)
     flange: tuple[str, tuple[float, float, float]] | None = None  # (URDF link, offset): `<group>_flange`
     tcp: tuple[str, tuple[float, float, float]] | None = None  # (URDF link, offset): `<group>_tcp`
+    # This group's share of its acceleration limits in the twin, where it differs from the robot's
+    # (RobotSpec.twin_acceleration_share): a group that carries others feels their pull most.
+    twin_acceleration_share: float | None = None
 
     def __post_init__(self):
         n = len(self.joints)
@@ -176,6 +179,13 @@ class RobotSpec:
         arr = np.array(rows).reshape(-1, 4)
         accel = np.array([a for g in self.groups for a in g.acceleration_limits])
         return JointLimits(arr[:, 0], arr[:, 1], arr[:, 2], accel, arr[:, 3])
+
+    @cached_property
+    def twin_acceleration_shares(self) -> np.ndarray:
+        """Per joint of `joint_names`: the share of its acceleration limit the twin plans with (its
+        group's twin_acceleration_share, else the robot's), at most 1."""
+        return np.array([min(1.0, self.twin_acceleration_share if g.twin_acceleration_share is None
+                             else g.twin_acceleration_share) for g in self.groups for _ in g.joints])
 
     def summary(self) -> str:
         groups = ", ".join(f"{g.name} ({len(g.joints)})" for g in self.groups)

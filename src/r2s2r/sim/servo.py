@@ -68,13 +68,13 @@ def _key(robot: RobotSpec, model: mujoco.MjModel) -> str:
 
 def twin_command_limits(robot: RobotSpec, model: mujoco.MjModel, limits):
     """`limits` (hardware.safety.SafetyLimits) as the twin's driver commands with them: each joint's
-    acceleration at the robot's twin_acceleration_share and within SERVO_TORQUE_SHARE of what its
+    acceleration at its twin_acceleration_shares and within SERVO_TORQUE_SHARE of what its
     servo can deliver after holding the arm up, the velocities at its twin_velocity_scale. The
     twin's backend and the replay of an episode on the twin (real2sim.replay.setpoints) both plan
     with these."""
     cap = servo_acceleration_limits(robot, model)
     velocity = limits.velocity * min(1.0, robot.twin_velocity_scale)
-    acceleration = np.minimum(limits.acceleration * min(1.0, robot.twin_acceleration_share),
+    acceleration = np.minimum(limits.acceleration * robot.twin_acceleration_shares,
                               cap * SERVO_TORQUE_SHARE)
     return dataclasses.replace(limits, velocity=velocity, acceleration=acceleration)
 
@@ -83,7 +83,7 @@ def servo_acceleration_limits(robot: RobotSpec, model: mujoco.MjModel) -> np.nda
     """Per joint of `robot.joint_names`: the least, over sampled poses, of
     (force range - |gravity compensation|) / own inertia, in rad/s^2 (cached per model). The other
     joints' pull through the off-diagonal inertia is left to SERVO_TORQUE_SHARE and the robot's
-    twin_acceleration_share, their centrifugal pull at speed to its twin_velocity_scale."""
+    twin_acceleration_shares, their centrifugal pull at speed to its twin_velocity_scale."""
     key = _key(robot, model)
     if key in _cache:
         return _cache[key].copy()
