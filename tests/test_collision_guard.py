@@ -18,8 +18,8 @@ from r2s2r.hardware.controller import JointController
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.robots import registry
-from r2s2r.robots.model import subtree
-from r2s2r.sim.collision import DEFAULT_MARGIN_M, FINGER_DEPTH_M, SELF_MARGIN_M, CollisionGuard
+from r2s2r.robots.model import joint_bodies, subtree
+from r2s2r.sim.collision import CLEAR, DEFAULT_MARGIN_M, FINGER_DEPTH_M, SELF_MARGIN_M, CollisionGuard
 from r2s2r.sim.scene import ObjectSpec, Scene, load_scene
 from tests.backend_helpers import hostile_round, send_to_controller
 from tests.test_twin_servos import SPEED_TOLERANCE
@@ -62,6 +62,34 @@ def table_pose(robot, guard, rng, index) -> np.ndarray:
         if found.other == "table" and found.distance < 0:
             return q
     raise AssertionError(f"{robot.name}: no pose in 5000 touches the table")
+
+
+@pytest.mark.parametrize("name", ("franka_fr3", "aloha"))
+def test_what_a_measured_pose_touches_is_named_with_its_kind(name):
+    """CollisionGuard.contact, as the DDS test reads measured poses: nothing at home; a finger on
+    the table or the robot is "finger", two hands "hands" (touches slow motion may make), anything
+    else "link", which the guard refuses even slowly."""
+    robot = registry()[name]
+    guard = CollisionGuard(robot, stack_scene(name))
+    openings = [g.opening_range[1] for g in robot.grippers]
+    assert guard.contact(robot.home_positions, openings) == (CLEAR, "")
+    fingers = {guard.model.body(b).name for b in joint_bodies(guard.model, robot.gripper_joint_names)}
+    rng = np.random.default_rng(5)
+    found = {}
+    for _ in range(20000):
+        q = rng.uniform(robot.limits.lower, robot.limits.upper)
+        where, kind = guard.contact(q, openings)
+        assert (kind == "") == where.clear and (where.clear or where.distance < 0), (kind, where)
+        found.setdefault(kind, (q, where))
+        if len(found) == (4 if len(robot.grippers) > 1 else 3):
+            break
+    assert set(found) == ({"", "link", "finger", "hands"} if len(robot.grippers) > 1 else {"", "link", "finger"}), \
+        sorted(found)
+    q, where = found["link"]
+    assert not guard.clearance(q, openings, slow=True).clear
+    assert where.robot_body not in fingers and where.other.split(" ")[0] not in fingers, where
+    q, where = found["finger"]
+    assert where.robot_body in fingers or where.other.split(" ")[0] in fingers, where
 
 
 @pytest.mark.parametrize("name", ROBOTS)

@@ -198,12 +198,34 @@ class CollisionGuard:
         if not keep.any():
             return CLEAR
         k = np.flatnonzero(keep)[np.argmin(dist[keep])]
-        b1, b2 = bodies[k]
+        return self._named(float(dist[k]), *bodies[k])
+
+    def _named(self, distance: float, b1: int, b2: int) -> Clearance:
         if not self._robot_body[b1]:
             b1, b2 = b2, b1
-        name = m.body(b2).name
+        name = self.model.body(b2).name
         other = name if not self._robot_body[b2] else f"{name} (its own link)"
-        return Clearance(float(dist[k]), m.body(b1).name, other)
+        return Clearance(distance, self.model.body(b1).name, other)
+
+    def contact(self, joints, openings=None) -> tuple[Clearance, str]:
+        """The deepest contact at a pose, of the robot with the cell or with itself, and its kind:
+        "" (none), "finger" or "hands" (touches that slow motion may make) or "link" (one the guard
+        never allows). For measured poses: where an arm touched, and whether it was let."""
+        m, d = self.model, self.data
+        with self._lock:
+            d.qpos[self._arm_qpos] = np.asarray(joints, dtype=float)
+            self._place_fingers(openings)
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_collision(m, d)
+            bodies = m.geom_bodyid[d.contact.geom[:d.ncon]]
+            dist = d.contact.dist[:d.ncon].copy()
+        touching = (dist < 0) & ~self._ignored[bodies[:, 0], bodies[:, 1]]
+        if not touching.any():
+            return CLEAR, ""
+        k = np.flatnonzero(touching)[np.argmin(dist[touching])]
+        b1, b2 = bodies[k]
+        kind = "hands" if self._hand_pair[b1, b2] else "finger" if self._finger[[b1, b2]].any() else "link"
+        return self._named(float(dist[k]), b1, b2), kind
 
     def clearance(self, joints, openings=None, slow: bool = True, margin: float | None = None) -> Clearance:
         """The closest approach at one pose (CLEAR when nothing is within the margins)."""
