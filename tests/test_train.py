@@ -347,8 +347,8 @@ def test_stills_teach_the_pose_reading_what_the_demonstrations_never_show(tmp_pa
     assert len(losses["stills_pose"]) == 40 and losses["wall_s"] > losses["stills"]["wall_s"]
     alone = TrainConfig(**{**config.__dict__, "stills": None, "still_steps": 0, "steps": 440})
     without = Trainer(alone, tmp_path / "alone").train(progress=False)
-    scale = float(np.std(open_dataset_frames(demos)))  # the reading is in the demonstrations' std units
-    mean = float(np.mean(open_dataset_frames(demos)))
+    positions = open_dataset_frames(demos)
+    scale, mean = float(np.std(positions)), float(np.mean(positions))  # the reading is in std units
     for red, green in ((4, 22), (22, 4)):
         truth = (red + 2) / 32
         seen = read_square(checkpoint, (red, green)) * scale + mean

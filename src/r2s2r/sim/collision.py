@@ -179,15 +179,18 @@ class CollisionGuard:
                 if np.isfinite(opening):
                     self.data.qpos[adr] = opening / len(adr)
 
-    def _closest(self, slow: bool, margin: float | None = None) -> Clearance:
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The body pairs (n, 2) the collision pipeline finds at the pose in `data`, and their distances
+        (a view of `data`: read them under the lock)."""
         m, d = self.model, self.data
         mujoco.mj_kinematics(m, d)
         mujoco.mj_collision(m, d)
-        if d.ncon == 0:
+        return m.geom_bodyid[d.contact.geom[:d.ncon]], d.contact.dist[:d.ncon]
+
+    def _closest(self, slow: bool, margin: float | None = None) -> Clearance:
+        bodies, dist = self._pairs()
+        if len(dist) == 0:
             return CLEAR
-        geoms = d.contact.geom[:d.ncon]
-        bodies = m.geom_bodyid[geoms]
-        dist = d.contact.dist[:d.ncon]
         # MuJoCo keeps a pair a little beyond its margin; only what is within it counts.
         own = self._robot_body[bodies[:, 0]] & self._robot_body[bodies[:, 1]]
         allowed = np.where(own, self.self_margin, self.margin if margin is None else min(margin, self.margin))
@@ -211,14 +214,11 @@ class CollisionGuard:
         """The deepest contact at a pose, of the robot with the cell or with itself, and its kind:
         "" (none), "finger" or "hands" (touches that slow motion may make) or "link" (one the guard
         never allows). For measured poses: where an arm touched, and whether it was let."""
-        m, d = self.model, self.data
         with self._lock:
-            d.qpos[self._arm_qpos] = np.asarray(joints, dtype=float)
             self._place_fingers(openings)
-            mujoco.mj_kinematics(m, d)
-            mujoco.mj_collision(m, d)
-            bodies = m.geom_bodyid[d.contact.geom[:d.ncon]]
-            dist = d.contact.dist[:d.ncon].copy()
+            self.data.qpos[self._arm_qpos] = np.asarray(joints, dtype=float)
+            bodies, dist = self._pairs()
+            dist = dist.copy()
         touching = (dist < 0) & ~self._ignored[bodies[:, 0], bodies[:, 1]]
         if not touching.any():
             return CLEAR, ""
