@@ -69,7 +69,8 @@ def add_train_parser(sub) -> None:
                          "learn the objects' poses from its scenes too")
     tr.add_argument("--still-steps", type=_count(0, 10**7), default=0,
                     help="steps on the stills alone before the policy's steps")
-    tr.add_argument("--threads", type=_count(1, 256), default=2, help="torch CPU threads")
+    tr.add_argument("--threads", type=_count(1, 256), default=1,
+                    help="torch CPU threads (more pay only for wider models than the defaults)")
     tr.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     tr.set_defaults(func=_train)

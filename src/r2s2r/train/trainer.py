@@ -72,7 +72,9 @@ class TrainConfig:
     # demonstrations show two hundred scenes; the stills show thousands more.
     stills: str | None = None
     still_steps: int = 0
-    threads: int = 2  # the two cores of a CI machine; results are deterministic for a thread count
+    # One: these models train no faster on two idle cores, and torch's spinning OpenMP threads run
+    # 15x slower when another process holds a core. Results are deterministic for a thread count.
+    threads: int = 1
     model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
 
     def check(self) -> None:
