@@ -16,7 +16,15 @@ $(STAMP): pyproject.toml setup.py requirements/constraints.txt
 	$(PY) -m pip install --quiet --no-deps "openpi-client==0.1.2"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# control_msgs and tf2_msgs, which have no PyPI wheels: generated and compiled into the venv from
+# interfaces/ (about a minute the first time, then from the user's cache; nothing where a ROS
+# install on AMENT_PREFIX_PATH provides them).
+INTERFACES_STAMP := $(VENV)/.r2s2r-interfaces
+$(INTERFACES_STAMP): $(STAMP) src/r2s2r/ros_interfaces.py $(shell find interfaces -type f)
+	$(PY) -m r2s2r.cli interfaces build
+	touch $(INTERFACES_STAMP)
+
+demo: $(INTERFACES_STAMP)
 	$(PY) -m r2s2r.cli demo --out demo_output
 
 # lerobot 0.4.4, the reference peer the datasets r2s2r writes are loaded with (tests/test_lerobot_peer.py),
@@ -30,7 +38,7 @@ $(PEER_STAMP): $(STAMP) requirements/peer.txt requirements/peer-no-deps.txt
 	$(PY) -m pip install --quiet --target $(PEER) --no-deps -r requirements/peer-no-deps.txt
 	touch $(PEER_STAMP)
 
-test: $(STAMP) $(PEER_STAMP)
+test: $(INTERFACES_STAMP) $(PEER_STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m pytest -q
 
@@ -48,7 +56,7 @@ bench: $(STAMP)
 	$(PY) bench/replay.py
 
 # The ROS 2 way, inside the same venv: colcon build + colcon test of the repository root.
-colcon: $(STAMP)
+colcon: $(INTERFACES_STAMP)
 	. $(VENV)/bin/activate && colcon build --base-paths . --build-base build/colcon --install-base install \
 	  && colcon test --base-paths . --build-base build/colcon --install-base install --event-handlers console_direct+ \
 	  && colcon test-result --test-result-base build/colcon --verbose

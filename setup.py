@@ -1,5 +1,6 @@
 """setuptools entry for colcon (ament_python) and pip: metadata lives in pyproject.toml;
-this file adds the ROS share/ files (package.xml, the ament index marker, launch/, config/, urdf/)."""
+this file adds the ROS share/ files (package.xml, the ament index marker, launch/, config/, urdf/,
+interfaces/)."""
 
 from pathlib import Path
 
@@ -26,5 +27,6 @@ setup(
         *share_tree("launch"),
         *share_tree("config"),
         *share_tree("urdf"),
+        *share_tree("interfaces"),  # control_msgs and tf2_msgs definitions: `r2s2r interfaces build`
     ],
 )

@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="the evaluation tasks").add_subparsers(dest="action", required=True)
     tasks.add_parser("list", help="print the registered tasks").set_defaults(func=_tasks_list)
 
+    from r2s2r import ros_interfaces
+    interfaces = sub.add_parser("interfaces", help="the ROS interface packages the PyPI wheels lack") \
+        .add_subparsers(dest="action", required=True)
+    build = interfaces.add_parser("build", help=f"generate and compile {', '.join(ros_interfaces.PACKAGES)} "
+                                                "into this Python's prefix")
+    ros_interfaces.add_arguments(build)
+    build.set_defaults(func=ros_interfaces.run)
+
     up = sub.add_parser("up", help="start a stack's nodes (config/stacks/<name>.yaml)")
     up.add_argument("stack")
     up.add_argument("-p", "--param", action="append", metavar="NAME:=VALUE",
