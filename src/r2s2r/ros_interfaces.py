@@ -162,7 +162,11 @@ def _build_into_cache(package, folder, prefix, staged, log) -> None:
         _stage_share(package, folder, generated, work / "stage")
         (work / "stage" / "COMPLETE").write_text("")
         shutil.rmtree(staged, ignore_errors=True)
-        (work / "stage").rename(staged)
+        try:
+            (work / "stage").rename(staged)
+        except OSError:  # another process's build of the same key finished first: the same files
+            if not (staged / "COMPLETE").is_file():
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
