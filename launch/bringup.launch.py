@@ -1,8 +1,8 @@
 """Bring up an r2s2r stack on a full ROS 2 install, from the same YAML `r2s2r up` reads.
 
-    ros2 launch r2s2r bringup.launch.py robot:=franka backend:=sim
+    ros2 launch r2s2r bringup.launch.py robot:=franka_fr3 backend:=sim
     ros2 launch r2s2r bringup.launch.py stack:=/path/to/my_stack.yaml
-    ros2 launch r2s2r bringup.launch.py robot:=franka backend:=sim scene:=/path/to/scene.yaml
+    ros2 launch r2s2r bringup.launch.py robot:=franka_fr3 backend:=sim scene:=/path/to/scene.yaml
 
 The stack is config/stacks/<robot>_<backend>.yaml unless `stack` names a file. `scene` (if set)
 is passed to every node of the stack as the `scene` parameter.
@@ -37,7 +37,8 @@ def _nodes(context):
 
 def generate_launch_description():
     return LaunchDescription([
-        DeclareLaunchArgument("robot", default_value="franka", description="robot family of the stack file"),
+        DeclareLaunchArgument("robot", default_value="franka_fr3",
+                              description="the robot's registry name (r2s2r robots list; franka: franka_fr3)"),
         DeclareLaunchArgument("backend", default_value="sim", description="sim or a vendor backend"),
         DeclareLaunchArgument("stack", default_value="", description="a stack YAML (overrides robot/backend)"),
         DeclareLaunchArgument("scene", default_value="", description="scene YAML for the twin"),

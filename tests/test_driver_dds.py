@@ -1,4 +1,4 @@
-"""The Franka twin over real DDS, from a separate process: `r2s2r up config/stacks/franka_sim.yaml`,
+"""The Franka twin over real DDS, from a separate process: `r2s2r up config/stacks/franka_fr3_sim.yaml`,
 then a client commands it as any ros2_control user would."""
 
 import math
@@ -21,7 +21,7 @@ HOME = FR3.home_positions
 @pytest.fixture(scope="module")
 def twin():
     from tests.ros_helpers import StackProcess
-    proc = StackProcess("config/stacks/franka_sim.yaml")
+    proc = StackProcess("config/stacks/franka_fr3_sim.yaml")
     from r2s2r.nodes.client import RobotClient
     client = RobotClient("dds_test_client", cameras=("scene",))
     client.wait_for_joint_states(60)

@@ -1,4 +1,4 @@
-"""A hostile client over DDS, against every robot's twin: its stack (config/stacks/<robot>_sim.yaml, franka_sim
+"""A hostile client over DDS, against every robot's twin: its stack (config/stacks/<robot>_sim.yaml, franka_fr3_sim
 for the FR3) in a process of its own, and a RobotClient that sends what tests/backend_helpers.hostile_round
 makes (valid far targets, edges, NaN, Inf, wrong lengths, out-of-limit values, 1e9, bad
 trajectories and gripper openings) on every group's and gripper's topics, then falls silent, then
@@ -41,7 +41,7 @@ from tests.backend_helpers import COMMAND_PERIOD_S, REPO, HostileCommand, clear_
 from tests.test_collision_guard import stack_scene, stack_scene_path
 from tests.test_twin_servos import SPEED_TOLERANCE  # the servos' measured overshoot, justified there
 
-STACKS = {"aloha": "aloha_sim", "flexiv_rizon4": "flexiv_rizon4_sim", "franka_fr3": "franka_sim", "rby1": "rby1_sim",
+STACKS = {"aloha": "aloha_sim", "flexiv_rizon4": "flexiv_rizon4_sim", "franka_fr3": "franka_fr3_sim", "rby1": "rby1_sim",
           "xarm7": "xarm7_sim"}  # robot: its twin's stack in config/stacks
 ROBOTS = tuple(STACKS)
 STREAM_S = 2.5  # of hostile commands, on the twin's clock

@@ -1,4 +1,4 @@
-"""Over DDS: `r2s2r up config/stacks/franka_policy_sim.yaml` runs the FR3 twin and policy_node
+"""Over DDS: `r2s2r up config/stacks/franka_fr3_policy_sim.yaml` runs the FR3 twin and policy_node
 with scripted:goto; ~/start drives the arm through driver_node to the goal."""
 
 import numpy as np
@@ -36,7 +36,7 @@ def policy_status(client):
 
 
 def test_policy_node_drives_the_twin_to_the_goal(stack_process, ros_client):
-    stack = stack_process("config/stacks/franka_policy_sim.yaml")
+    stack = stack_process("config/stacks/franka_fr3_policy_sim.yaml")
     client = ros_client()
     start = client.wait_for_joint_states(60).positions_of(ARM)
     assert np.max(np.abs(start - GOAL)) > 0.3

@@ -19,12 +19,12 @@ FR3 = get_robot("franka_fr3")
 
 
 def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_process, ros_client, tmp_path):
-    stack = stack_process("config/stacks/franka_sim.yaml")
+    stack = stack_process("config/stacks/franka_fr3_sim.yaml")
     client = ros_client(cameras=("scene",))
     client.wait_for_joint_states(60)
     out = tmp_path / "episode.mcap"
     env_path = f"{REPO / 'src'}"
-    recorder = subprocess.Popen([sys.executable, "-m", "r2s2r.cli", "record", "--stack", "config/stacks/franka_sim.yaml",
+    recorder = subprocess.Popen([sys.executable, "-m", "r2s2r.cli", "record", "--stack", "config/stacks/franka_fr3_sim.yaml",
                                  "--out", str(out), "--cameras", "scene", "--duration", "6"], cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": env_path}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)

@@ -18,7 +18,7 @@ import numpy as np
 from r2s2r.processes import signal_group
 
 ARRIVAL_TOLERANCE_RAD = 1e-3
-STACK = "config/stacks/franka_sim.yaml"
+STACK = "config/stacks/franka_fr3_sim.yaml"
 
 
 def _say(message: str) -> None:

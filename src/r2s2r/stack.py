@@ -3,7 +3,7 @@
 `r2s2r up STACK` starts them as processes (this module); `launch/bringup.launch.py` turns
 the same parsed stack into launch_ros Node actions on a full ROS install.
 
-    name: franka_sim
+    name: franka_fr3_sim
     nodes:
       - name: twin                   # ROS node name
         executable: driver_node      # an r2s2r node: r2s2r.nodes.<executable>
@@ -137,9 +137,11 @@ def load_stack(path: str | os.PathLike, overrides: dict | None = None) -> StackS
 
 
 def find_stack(robot: str, backend: str) -> Path:
-    """config/stacks/<robot>_<backend>.yaml, or for a vendor backend <robot>_real.yaml; a missing
-    one lists the stacks there are."""
+    """config/stacks/<robot>_<backend>.yaml, or for a vendor backend <robot>_real.yaml; `robot` is a
+    registry name or an alias of one (franka). A missing one lists the stacks there are."""
     from r2s2r.paths import config_path
+    from r2s2r.robots import canonical_name
+    robot = canonical_name(robot)
     path = config_path("stacks", f"{robot}_{backend}.yaml")
     if not path.is_file() and backend != "sim":
         path = config_path("stacks", f"{robot}_real.yaml")

@@ -1,6 +1,6 @@
 """`r2s2r record`, `r2s2r reconstruct`, `r2s2r align` and `r2s2r variants`.
 
-    r2s2r record --stack config/stacks/franka_sim.yaml --out episode.mcap [--cameras scene] [--duration 10]
+    r2s2r record --stack config/stacks/franka_fr3_sim.yaml --out episode.mcap [--cameras scene] [--duration 10]
     r2s2r reconstruct episode.mcap --extrinsics cams.yaml [--objects known.yaml] --out scene.yaml
     r2s2r align episode.mcap (--scene scene.yaml | --extrinsics cams.yaml) [--objects known.yaml]
                 [--fit] [--excitation other.mcap] [--workers 2 [--backend ray --address A]] --out report_dir

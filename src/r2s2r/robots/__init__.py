@@ -12,7 +12,10 @@ from r2s2r import plugins
 from r2s2r.robots.spec import CameraSpec, GripperSpec, JointGroup, JointLimits, RobotSpec
 
 __all__ = ["RobotSpec", "JointGroup", "GripperSpec", "CameraSpec", "JointLimits",
-           "UnknownRobotError", "get_robot", "robot_names", "registry"]
+           "UnknownRobotError", "get_robot", "robot_names", "registry", "canonical_name", "ALIASES"]
+
+# Names that earlier releases used for a robot, still accepted wherever a robot is named.
+ALIASES = {"franka": "franka_fr3"}
 
 
 class UnknownRobotError(KeyError):
@@ -42,8 +45,14 @@ def robot_names() -> list[str]:
     return list(registry())
 
 
+def canonical_name(name: str) -> str:
+    """The registry name of `name`, which may be an alias."""
+    return ALIASES.get(name, name)
+
+
 def get_robot(name: str) -> RobotSpec:
     robots = registry()
+    name = canonical_name(name)
     if name not in robots:
         raise UnknownRobotError(name, list(robots))
     return robots[name]
