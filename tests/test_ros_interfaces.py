@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,13 +84,18 @@ def test_a_follow_joint_trajectory_goal_between_two_participants():
     contexts = [own_context(), own_context()]
     server_node = rclpy.create_node("fjt_server", context=contexts[0])
     client_node = rclpy.create_node("fjt_client", context=contexts[1])
-    received = []
+    received, feedback, feedback_seen = [], [], threading.Event()
 
     def execute(handle):
         received.append(list(handle.request.trajectory.joint_names))
-        feedback = FollowJointTrajectory.Feedback(joint_names=handle.request.trajectory.joint_names)
-        feedback.desired = handle.request.trajectory.points[-1]
-        handle.publish_feedback(feedback)
+        message = FollowJointTrajectory.Feedback(joint_names=handle.request.trajectory.joint_names)
+        message.desired = handle.request.trajectory.points[-1]
+        # The feedback topic may match after the goal services did (wait_for_server waits on those
+        # alone): publish until the client has one.
+        deadline = time.monotonic() + 60.0
+        while not feedback_seen.is_set() and time.monotonic() < deadline:
+            handle.publish_feedback(message)
+            feedback_seen.wait(0.05)
         handle.succeed()
         return FollowJointTrajectory.Result(error_code=FollowJointTrajectory.Result.SUCCESSFUL, error_string="done")
 
@@ -111,16 +117,17 @@ def test_a_follow_joint_trajectory_goal_between_two_participants():
         goal = FollowJointTrajectory.Goal()
         goal.trajectory.joint_names = ["fr3_joint1", "fr3_joint2"]
         goal.trajectory.points = [JointTrajectoryPoint(positions=[0.3, -0.4])]
-        feedback = []
-        sent = client.send_goal_async(goal, feedback_callback=lambda message: feedback.append(message.feedback))
+        def on_feedback(message):
+            feedback.append(message.feedback)
+            feedback_seen.set()
+        sent = client.send_goal_async(goal, feedback_callback=on_feedback)
         assert wait_for(sent.done, 60.0)
         assert sent.result().accepted
         result = sent.result().get_result_async()
         assert wait_for(result.done, 60.0)
         assert result.result().result.error_code == FollowJointTrajectory.Result.SUCCESSFUL
         assert received == [["fr3_joint1", "fr3_joint2"]]
-        assert wait_for(lambda: bool(feedback), 10.0)  # feedback may trail the result; it is best effort
-        assert list(feedback[0].desired.positions) == [0.3, -0.4]
+        assert feedback and list(feedback[0].desired.positions) == [0.3, -0.4]
     finally:
         stop.set()
         for thread in threads:
