@@ -41,9 +41,7 @@ from tests.backend_helpers import COMMAND_PERIOD_S, REPO, HostileCommand, clear_
 from tests.test_collision_guard import stack_scene, stack_scene_path
 from tests.test_twin_servos import SPEED_TOLERANCE  # the servos' measured overshoot, justified there
 
-STACKS = {"aloha": "aloha_sim", "flexiv_rizon4": "flexiv_rizon4_sim", "franka_fr3": "franka_fr3_sim", "rby1": "rby1_sim",
-          "xarm7": "xarm7_sim"}  # robot: its twin's stack in config/stacks
-ROBOTS = tuple(STACKS)
+ROBOTS = ("aloha", "flexiv_rizon4", "franka_fr3", "rby1", "xarm7")  # each twin's stack: config/stacks/<robot>_sim.yaml
 STREAM_S = 2.5  # of hostile commands, on the twin's clock
 BURST_S = 0.4  # a far target streamed this long before the estop, so that it meets a moving arm
 HOLD_S = 0.8  # how long a stopped arm is watched for staying put
@@ -199,7 +197,7 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
     assert wait_for(lambda: client.node.count_publishers(Topics.JOINT_STATES) == 0, 30), "an earlier driver lingers"
     log = JointStateLog(client.node, robot)
     # The cameras are off: rendering would only take CPU from the twin on a small machine.
-    proc = stack_process(f"config/stacks/{STACKS[robot_name]}.yaml", "camera_rate_hz:=0.0",
+    proc = stack_process(f"config/stacks/{robot_name}_sim.yaml", "camera_rate_hz:=0.0",
                          f"scene:={fixed_scene(robot_name, tmp_path)}")
     assert wait_for(lambda: client.joints is not None or proc.proc.poll() is not None, 60) and client.joints, \
         f"no joint_states within 60 s:\n{proc.output[-3000:]}"

@@ -124,28 +124,30 @@ def build(prefix: pathlib.Path | str = sys.prefix, packages=PACKAGES, force: boo
     outcomes = []
     for package in packages:
         start = time.monotonic()
-        provider = system_provider(package, prefix)
-        if provider is not None and not force:
-            outcomes.append(Outcome(package, "system", provider, 0.0))
-            log(outcomes[-1])
-            continue
-        folder = definitions(package)
-        key = cache_key(package, folder)
-        stamp = _stamp(prefix, package)
-        if not force and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
-            outcomes.append(Outcome(package, "up to date", prefix, time.monotonic() - start))
-            log(outcomes[-1])
-            continue
-        staged = cache_root() / f"{package}-{key}"
-        how = "from cache"
-        if force or not (staged / "COMPLETE").is_file():
-            how = "built"
-            _build_into_cache(package, folder, prefix, staged, log)
-        _install(staged, prefix)
-        stamp.write_text(json.dumps({"key": key, "definitions": str(folder)}) + "\n")
-        outcomes.append(Outcome(package, how, prefix, time.monotonic() - start))
+        how, where = _make_available(package, prefix, force, log)
+        outcomes.append(Outcome(package, how, where, time.monotonic() - start))
         log(outcomes[-1])
     return outcomes
+
+
+def _make_available(package: str, prefix: pathlib.Path, force: bool, log) -> tuple[str, pathlib.Path]:
+    """How `package` came to be importable from `prefix`, and from where."""
+    provider = system_provider(package, prefix)
+    if provider is not None and not force:
+        return "system", provider
+    folder = definitions(package)
+    key = cache_key(package, folder)
+    stamp = _stamp(prefix, package)
+    if not force and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
+        return "up to date", prefix
+    staged = cache_root() / f"{package}-{key}"
+    how = "from cache"
+    if force or not (staged / "COMPLETE").is_file():
+        how = "built"
+        _build_into_cache(package, folder, prefix, staged, log)
+    _install(staged, prefix)
+    stamp.write_text(json.dumps({"key": key, "definitions": str(folder)}) + "\n")
+    return how, prefix
 
 
 def _build_into_cache(package, folder, prefix, staged, log) -> None:
