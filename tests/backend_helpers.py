@@ -210,7 +210,9 @@ def _hostile_trajectory(group, box, upper_limit, rng, wire: bool) -> HostileComm
     elif kind == "negative_time":
         times = (-0.1, 0.3)
     values = [list(points[0]), list(points[1][:-1])] if kind == "ragged" else points
-    return HostileCommand("trajectory", group.name, kind, kind == "valid", values, tuple(names), times)
+    # A subset of the joints is a valid goal: the others hold (joint_trajectory_controller's partial goals).
+    valid = kind in ("valid", "missing_joint")
+    return HostileCommand("trajectory", group.name, kind, valid, values, tuple(names), times)
 
 
 def _hostile_gripper(gripper, rng) -> HostileCommand:

@@ -6,6 +6,7 @@ import time
 
 # Every rclpy node has these; they are not part of the driver's contract.
 ROS_INFRASTRUCTURE_TOPICS = {"/rosout", "/parameter_events"}
+ACTION_PART = "/_action/"
 PARAMETER_SERVICES = {"describe_parameters", "get_parameter_types", "get_parameters", "list_parameters",
                       "set_parameters", "set_parameters_atomically", "get_type_description"}
 
@@ -24,7 +25,7 @@ def nodes_named(client_node, node: str, namespace: str = "/") -> int:
 
 
 def node_interface(client_node, node: str, namespace: str = "/", timeout: float = 60.0, expect_topics: int = 0):
-    """(publishers, subscriptions, services) of `node`: dicts of absolute name -> type string.
+    """(publishers, subscriptions, services, actions) of `node`: dicts of absolute name -> type string.
 
     The graph names a node only once its participant's ros_discovery_info arrives, which can
     trail its endpoints by many seconds on a loaded host; and a participant that lived through
@@ -54,10 +55,18 @@ def node_interface(client_node, node: str, namespace: str = "/", timeout: float 
                              f"({named} nodes of that name in the graph; expected one, with at least "
                              f"{expect_topics} topics and a service; last read {seen})")
     pubs, subs, srvs = seen
-    pubs = {n: t for n, t in pubs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
-    subs = {n: t for n, t in subs.items() if n not in ROS_INFRASTRUCTURE_TOPICS}
-    srvs = {n: t for n, t in srvs.items() if n.rsplit("/", 1)[-1] not in PARAMETER_SERVICES}
-    return pubs, subs, srvs
+    # An action's goal, cancel and result services and its feedback and status topics (`/_action/`)
+    # are read as the action itself.
+    pubs = {n: t for n, t in pubs.items() if n not in ROS_INFRASTRUCTURE_TOPICS and ACTION_PART not in n}
+    subs = {n: t for n, t in subs.items() if n not in ROS_INFRASTRUCTURE_TOPICS and ACTION_PART not in n}
+    srvs = {n: t for n, t in srvs.items() if n.rsplit("/", 1)[-1] not in PARAMETER_SERVICES and ACTION_PART not in n}
+    return pubs, subs, srvs, action_servers(client_node, node, namespace)
+
+
+def action_servers(client_node, node: str, namespace: str = "/") -> dict[str, str]:
+    """The actions `node` serves: absolute name -> type string."""
+    from rclpy.action import get_action_server_names_and_types_by_node
+    return {n: t[0] for n, t in get_action_server_names_and_types_by_node(client_node, node, namespace)}
 
 
 def qos_of(client_node, topic: str, publisher: bool):

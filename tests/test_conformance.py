@@ -3,7 +3,9 @@
 running the same sequence on both sees the same behaviour.
 
 The sequence: enable, home, stream targets to every group, send every group a trajectory, move
-every gripper, estop (commands are then dropped), enable, reset. The twin's own topics
+every gripper; then the controllers' actions (run_action_sequence: goals that succeed, end with
+each error code, are preempted or cancelled, gripper goals); estop (commands are then dropped),
+enable, reset. The twin's own topics
 (/clock, twin/*, cameras/*) are the only difference in the interface, as the contract says.
 
 Peers: the Franka against franky-sim (the libfranka network protocol, driven by the real
@@ -96,10 +98,10 @@ def write_stack(tmp_path, robot: str, backend: str, settings: dict) -> str:
     return str(path)
 
 
-def contract_view(pubs, subs, srvs):
+def contract_view(pubs, subs, srvs, actions):
     """The interface without the twin's own topics."""
     keep = lambda name: not any(name.lstrip("/").startswith(p.lstrip("/")) for p in SIM_ONLY_PREFIXES)  # noqa: E731
-    return ({n: t for n, t in pubs.items() if keep(n)}, {n: t for n, t in subs.items() if keep(n)}, srvs)
+    return ({n: t for n, t in pubs.items() if keep(n)}, {n: t for n, t in subs.items() if keep(n)}, srvs, actions)
 
 
 def _link_losses(client) -> int:
@@ -152,6 +154,7 @@ def run_sequence(client, robot) -> dict:
             client, lambda g=gripper, goal=goal: client.send_gripper(g.name, goal),
             lambda g=gripper, goal=goal: client.wait_for(
                 lambda: abs(client.positions(g.joints).sum() - goal) < GRIPPER_TOLERANCE, 20))
+    run_action_sequence(client, robot, seen)
     client.estop(True)
     seen["estop latched"] = client.wait_for(lambda: client.diagnostic_values().get("mode") == "estop", 5)
     group = robot.groups[0]
@@ -172,6 +175,124 @@ def run_sequence(client, robot) -> dict:
     return seen
 
 
+SUCCEEDED, CANCELED, ABORTED = 4, 5, 6  # action_msgs/GoalStatus
+
+
+def run_action_sequence(client, robot, seen: dict) -> None:
+    """The controllers' actions, as joint_trajectory_controller and gripper_action_controller serve
+    them: every group's goals succeed (names in any order, feedback); on the first group a plan
+    sent as MoveIt's trajectory execution sends it succeeds, a goal for one joint holds the others, goals end with each error code, a goal is preempted by a goal
+    and by a topic command, and a cancel holds short of the target; every gripper's goal reaches
+    its opening."""
+    names, home, limits = robot.joint_names, robot.home_positions, robot.limits
+    results = []
+
+    def goal_step(send, expect) -> bool:
+        return attempt(client, lambda: results.append(send()), lambda: expect(results[-1], *results[-1].result(30)))
+
+    for group in robot.groups:
+        idx = [names.index(j) for j in group.joints]
+        target = np.clip(home[idx] + 0.1, limits.lower[idx] + 0.01, limits.upper[idx] - 0.01)
+        order = list(reversed(range(len(idx))))
+        seen[f"follow {group.name}"] = goal_step(
+            lambda g=group, t=target, o=order: client.follow_trajectory(g.name, [g.joints[i] for i in o], [0.5],
+                                                                        [t[o]]),
+            lambda goal, status, result, g=group, t=target: (
+                status == SUCCEEDED and result.error_code == 0 and len(goal.feedback) >= 5
+                and client.wait_until_at(g.joints, t, TOLERANCE, 20)))
+        seen[f"follow {group.name} home"] = goal_step(
+            lambda g=group, i=idx: client.follow_trajectory(g.name, g.joints, [0.5], [home[i]]),
+            lambda goal, status, result, g=group, i=idx: (
+                status == SUCCEEDED and client.wait_until_at(g.joints, home[i], TOLERANCE, 20)))
+
+    group = robot.groups[0]
+    idx = [names.index(j) for j in group.joints]
+    start, target = home[idx], np.clip(home[idx] + 0.1, limits.lower[idx] + 0.01, limits.upper[idx] - 0.01)
+    joints = group.joints
+    follow = client.follow_trajectory
+
+    def ends(status, code, words=""):
+        return lambda goal, s, result: (s, result.error_code) == (status, code) and words in result.error_string
+
+    def as_moveit_sends_it():
+        """A time-parameterised plan from where the group is (MoveIt's trajectory execution: header
+        stamp 0, the current state as the first point at time 0, positions, velocities and
+        accelerations at every point, no tolerances): here a minimum-jerk move over 1 s."""
+        here = client.positions(joints)
+        times = np.linspace(0.0, 1.0, 11)
+        s = times / times[-1]
+        shape = 10 * s**3 - 15 * s**4 + 6 * s**5
+        rate, accel = (30 * s**2 - 60 * s**3 + 30 * s**4) / times[-1], (60 * s - 180 * s**2 + 120 * s**3) / times[-1] ** 2
+        span = target - here
+        return follow(group.name, joints, times, here + np.outer(shape, span), np.outer(rate, span),
+                      np.outer(accel, span))
+
+    seen["a plan as MoveIt executes it"] = goal_step(
+        as_moveit_sends_it, lambda goal, status, result: status == SUCCEEDED and result.error_code == 0
+        and client.wait_until_at(joints, target, TOLERANCE, 20))
+    seen["one joint, the others hold"] = goal_step(
+        lambda: follow(group.name, joints[:1], [0.5], [start[:1]]),
+        lambda goal, status, result: status == SUCCEEDED and client.wait_until_at(
+            joints, np.r_[start[:1], target[1:]], TOLERANCE, 20))
+    seen["invalid joints"] = goal_step(lambda: follow(group.name, ("not_a_joint",), [1.0], [[0.0]]),
+                                       ends(ABORTED, -2, "unknown joint names"))
+    seen["invalid goal"] = goal_step(lambda: follow(group.name, joints, [1.0, 0.5], [start, start]),
+                                     ends(ABORTED, -1, "must increase strictly"))
+    seen["old header timestamp"] = goal_step(
+        lambda: follow(group.name, joints, [1.0], [start], stamp=client.joints.stamp - 5.0),
+        ends(ABORTED, -3, "header.stamp"))
+    seen["path tolerance violated"] = goal_step(
+        # Ten times faster than the arm can go; long enough for state ticks to check it on the way.
+        lambda: follow(group.name, joints, [0.1], [target], path_tolerance=[(j, 0.005, 0, 0) for j in joints]),
+        ends(ABORTED, -4, "path tolerance broken"))
+    seen["goal tolerance violated"] = goal_step(
+        lambda: follow(group.name, joints, [0.01], [target], goal_tolerance=[(j, 0.001, 0, 0) for j in joints],
+                       goal_time_tolerance=0.02),
+        ends(ABORTED, -5, "goal_time_tolerance"))
+
+    def preempted_by_goal():
+        first = follow(group.name, joints, [2.0], [target])
+        client.wait_for(lambda: first.feedback, 10)
+        second = follow(group.name, joints, [0.5], [start])
+        return first, second
+
+    seen["preempted by a goal"] = attempt(
+        client, lambda: results.append(preempted_by_goal()),
+        lambda: ends(CANCELED, -1, "new incoming action")(None, *results[-1][0].result(30))
+        and ends(SUCCEEDED, 0)(None, *results[-1][1].result(30)))
+
+    def preempted_by_topic():
+        goal = follow(group.name, joints, [2.0], [target])
+        client.wait_for(lambda: goal.feedback, 10)
+        client.send_positions(group.name, start)
+        return goal
+
+    seen["preempted by a topic command"] = goal_step(
+        preempted_by_topic, ends(CANCELED, -1, f"preempted by a command on {group.name}_position_controller/commands"))
+
+    def cancelled():
+        goal = follow(group.name, joints, [2.0], [target])
+        client.wait_for(lambda: len(goal.feedback) > 1 and np.abs(client.positions(joints) - start).max() > 0.01, 10)
+        goal.cancel()
+        return goal
+
+    def held_short(goal, status, result):
+        client.wait_for(lambda: False, 0.5)  # braked to a stop by now
+        before = client.positions(joints)
+        client.wait_for(lambda: False, 0.3)
+        return (status == CANCELED and float(np.abs(client.positions(joints) - before).max()) < TOLERANCE
+                and float(np.abs(before - target).max()) > 0.01)
+
+    seen["cancel holds"] = goal_step(cancelled, held_short)
+    for gripper in robot.grippers:
+        lo, hi = gripper.opening_range
+        goal = lo + 0.7 * (hi - lo)
+        seen[f"gripper_cmd {gripper.name}"] = goal_step(
+            lambda g=gripper, goal=goal: client.gripper_goal(g.name, goal),
+            lambda handle, status, result, goal=goal: (
+                status == SUCCEEDED and result.reached_goal and abs(result.position - goal) < 0.01))
+
+
 def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name="client"):
     # A DDS participant of its own, made after the run before had stopped (StackProcess.stop
     # checks that): its graph holds only live nodes, and node_interface wants one named driver.
@@ -184,6 +305,8 @@ def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name
     qos = {topic: qos_of(client.node, topic, publisher=True) for topic in ("/joint_states", "/diagnostics")}
     for group in robot.groups:
         assert client.wait_for_subscriber(f"{group.name}_position_controller/commands", timeout=20)
+    # Action clients made now have discovered the servers' replies by the time the actions run.
+    assert client.prepare_actions(robot.group_names, [g.name for g in robot.grippers], timeout=20)
     seen = run_sequence(client, robot)
     assert proc.proc.poll() is None, proc.output
     return contract_view(*interface), qos, seen, proc

@@ -48,5 +48,8 @@ def test_trajectory_arrays_keep_velocities_only_when_every_point_has_them():
 def test_topic_names_follow_ros2_control_conventions():
     assert Topics.joint_trajectory("arm") == "arm_controller/joint_trajectory"
     assert Topics.position_commands("left_arm") == "left_arm_position_controller/commands"
+    assert Topics.streaming_commands("left_arm") == "left_arm_streaming_controller/commands"
+    assert Topics.follow_joint_trajectory("left_arm") == "left_arm_controller/follow_joint_trajectory"
+    assert Topics.gripper_action("left_gripper") == "left_gripper_controller/gripper_cmd"
     assert Topics.gripper_commands("gripper") == "gripper_controller/commands"
     assert Topics.camera_info("scene") == "cameras/scene/camera_info"

@@ -4,7 +4,7 @@ bad commands are rejected with a clear message and change nothing."""
 import numpy as np
 import pytest
 
-from r2s2r.contract import CommandError
+from r2s2r.contract import CommandError, JointNamesError
 from r2s2r.hardware.controller import JointController
 from r2s2r.hardware.trajectory import TrajectorySampler
 from r2s2r.robots import get_robot
@@ -59,15 +59,36 @@ def test_bad_streaming_commands_are_rejected_and_change_nothing(values, match):
     assert c.stats.rejected["arm_position"] == 1
 
 
-def test_trajectory_with_unknown_or_missing_joints_is_rejected():
+def test_trajectory_with_unknown_or_repeated_joints_is_rejected():
     c = controller()
-    with pytest.raises(CommandError, match=r"unknown joint names \['joint1'\]"):
+    with pytest.raises(JointNamesError, match=r"unknown joint names \['joint1'\]"):
         c.command_trajectory("arm", ("joint1",) + JOINTS[1:], 0.0, [1.0], [FR3.home_positions], None, None, 0.0)
-    with pytest.raises(CommandError, match=r"joints \['fr3_joint7'\] are missing"):
-        c.command_trajectory("arm", JOINTS[:6], 0.0, [1.0], [FR3.home_positions[:6]], None, None, 0.0)
+    with pytest.raises(JointNamesError, match="joint names repeat"):
+        c.command_trajectory("arm", JOINTS[:6] + JOINTS[:1], 0.0, [1.0], [FR3.home_positions], None, None, 0.0)
     with pytest.raises(CommandError, match="must increase strictly"):
         c.command_trajectory("arm", JOINTS, 0.0, [1.0, 1.0], [FR3.home_positions] * 2, None, None, 0.0)
+    with pytest.raises(CommandError, match=r"positions of shape \(1, 6\); expected one row per point \(1\) "
+                                           r"of one value per joint name \(7\)"):
+        c.command_trajectory("arm", JOINTS, 0.0, [1.0], [FR3.home_positions[:6]], None, None, 0.0)
     assert c.active_trajectories() == []
+
+
+def test_a_trajectory_for_some_joints_holds_the_others():
+    c = controller()
+    now, dt = 0.0, 1e-3
+    c.command_positions("arm", FR3.home_positions + 0.05, now)
+    for _ in range(1000):
+        c.update(now, dt)
+        now += dt
+    held = c.limiter.position.copy()
+    goal = FR3.home_positions[[6, 2]] - 0.1
+    c.command_trajectory("arm", (JOINTS[6], JOINTS[2]), 0.0, [0.5], [goal], None, None, now)
+    for _ in range(1500):
+        setpoint = c.update(now, dt)
+        now += dt
+    assert setpoint[[6, 2]] == pytest.approx(goal, abs=1e-9)
+    others = [0, 1, 3, 4, 5]
+    assert setpoint[others] == pytest.approx(held[others], abs=1e-12)
 
 
 def test_trajectory_joint_order_is_taken_from_the_message():

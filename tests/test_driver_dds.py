@@ -144,3 +144,21 @@ def test_camera_image_info_and_object_poses(twin):
     assert info.header.frame_id == "scene_optical_frame"
     assert info.k[0] == pytest.approx(120 / math.tan(math.radians(58) / 2), rel=1e-6)
     assert len(received["poses"].poses) == 2
+
+
+def test_a_forward_command_is_held_and_a_silent_stream_is_braked(twin):
+    # 1.5 rad on joint 1 takes the FR3 longer than the 0.5 s watchdog: one command on the
+    # forward topic gets there (ros2_control's forward_command_controller holds it), the same
+    # one on the streaming topic stops short once no other follows.
+    client, _ = twin
+    target = HOME[:7] + np.array([1.5, 0, 0, 0, 0, 0, 0])
+    for streaming in (False, True):
+        go_home(client)
+        client.send_positions("arm", target, streaming=streaming)
+        arrived = client.wait_until_at(ARM, target, 1e-3, 5)
+        assert arrived != streaming
+        if streaming:
+            stopped = client.positions(ARM)
+            time.sleep(0.3)
+            assert np.max(np.abs(client.positions(ARM) - stopped)) < 1e-3  # braked and holding
+            assert 0.3 < stopped[0] - HOME[0] < 1.4

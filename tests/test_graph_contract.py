@@ -7,6 +7,7 @@ import pytest
 from r2s2r.contract import qos
 from r2s2r.contract.interface import driver_interface
 from r2s2r.robots import registry
+from r2s2r.sim.moveit import controllers as moveit_controllers
 from tests.graph import absolute, node_interface, qos_of
 
 ROBOTS = sorted(registry())
@@ -25,11 +26,16 @@ def test_twin_graph_is_exactly_the_contract(robot_name, tmp_path, stack_process,
     want_pubs = {absolute(n, "/", "driver"): t for n, t in contract.publishers.items()}
     want_subs = {absolute(n, "/", "driver"): t for n, t in contract.subscriptions.items()}
     want_srvs = {absolute(n, "/", "driver"): t for n, t in contract.services.items()}
-    pubs, subs, srvs = node_interface(client.node, "driver", expect_topics=len(want_pubs) + len(want_subs))
+    want_actions = {absolute(n, "/", "driver"): t for n, t in contract.actions.items()}
+    pubs, subs, srvs, actions = node_interface(client.node, "driver", expect_topics=len(want_pubs) + len(want_subs))
     assert proc.proc.poll() is None, proc.output
     assert pubs == want_pubs
     assert subs == want_subs
     assert srvs == want_srvs
+    assert actions == want_actions
+    # MoveIt's controllers, as `r2s2r robots moveit` writes them, are actions this driver serves.
+    manager = moveit_controllers(robot)["moveit_simple_controller_manager"]
+    assert {f"/{name}/{manager[name]['action_ns']}" for name in manager["controller_names"]} == set(actions)
     # QoS as the contract sets it: reliable state and commands, best-effort images, latched estop.
     reliable = str(qos.STATE.reliability)
     assert qos_of(client.node, "/joint_states", publisher=True)[0][0] == reliable

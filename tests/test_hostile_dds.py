@@ -102,7 +102,7 @@ class JointStateLog:
 
 def publish(client, command) -> None:
     if command.channel == "positions":
-        client.send_positions(command.target, command.values)
+        client.send_positions(command.target, command.values, streaming=True)  # the watchdog's topic
     elif command.channel == "trajectory":
         client.send_trajectory(command.target, command.names, command.times, command.values)
     else:
@@ -202,7 +202,7 @@ def test_a_hostile_client_is_refused_and_the_twin_comes_to_rest(robot_name, stac
     assert wait_for(lambda: client.joints is not None or proc.proc.poll() is not None, 60) and client.joints, \
         f"no joint_states within 60 s:\n{proc.output[-3000:]}"
     for group in robot.group_names:
-        assert client.wait_for_subscriber(Topics.position_commands(group), Float64MultiArray, 30)
+        assert client.wait_for_subscriber(Topics.streaming_commands(group), Float64MultiArray, 30)
         assert client.wait_for_subscriber(Topics.joint_trajectory(group), JointTrajectory, 30)
     for gripper in robot.grippers:
         assert client.wait_for_subscriber(Topics.gripper_commands(gripper.name), Float64MultiArray, 30)

@@ -94,7 +94,8 @@ def test_hostile_trajectories_are_refused_by_name_and_the_arm_holds(driver, msg)
 @given(values=st.lists(value, max_size=20), gripper=st.lists(value, max_size=3))
 def test_hostile_arrays_are_refused_by_name_and_the_arm_holds(driver, values, gripper):
     before, rejected = _held(driver), _rejections(driver)
-    driver._on_positions("arm", Float64MultiArray(data=values))
+    for streaming in (False, True):  # <group>_position_controller/commands and the streaming topic
+        driver._on_positions("arm", Float64MultiArray(data=values), streaming)
     driver._on_gripper("gripper", Float64MultiArray(data=gripper))
     if _rejections(driver) > rejected and len(values) != len(JOINTS):
         assert np.array_equal(_held(driver), before)
@@ -111,7 +112,7 @@ def test_a_trajectory_of_100000_points_and_estop_flapping_are_taken_in_stride(dr
         driver._on_estop(Bool(data=k % 2 == 0))
     assert driver.driver.estopped
     before = _held(driver)
-    driver._on_positions("arm", Float64MultiArray(data=list(FR3.home_positions + 0.1)))
+    driver._on_positions("arm", Float64MultiArray(data=list(FR3.home_positions + 0.1)), False)
     assert np.array_equal(_held(driver), before)
     assert "estop is latched" in driver.loop.controller.stats.last_error
 
@@ -142,7 +143,7 @@ def _call(driver: DriverNode, call) -> str:
     if kind == "positions":
         offsets = call[1]
         values = list(FR3.home_positions[:len(offsets)] + np.asarray(offsets)) if len(offsets) == 7 else offsets
-        driver._on_positions("arm", Float64MultiArray(data=values))
+        driver._on_positions("arm", Float64MultiArray(data=values), False)
         return "positions"
     driver._on_gripper("gripper", Float64MultiArray(data=[call[1]]))
     return "gripper"

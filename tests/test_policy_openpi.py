@@ -218,7 +218,7 @@ def test_policy_node_holds_when_its_server_dies(server):
         Parameter("command_rate_hz", value=50.0), Parameter("replan_steps", value=2)])
     peer = Node("policy_test_peer", context=context)
     commands, diagnostics = [], []
-    peer.create_subscription(Float64MultiArray, Topics.position_commands("arm"),
+    peer.create_subscription(Float64MultiArray, Topics.streaming_commands("arm"),
                              lambda m: commands.append((time.monotonic(), np.array(m.data))), qos.COMMAND)
     peer.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, diagnostics.append, qos.DIAGNOSTICS)
     states = peer.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)

@@ -134,7 +134,7 @@ def test_replay_reruns_a_stored_trial_bit_for_bit_and_records_video_and_bag(sear
     assert video.get(cv2.CAP_PROP_FRAME_COUNT) == 5  # the start and 4 ticks of 0.05 s
     assert (video.get(cv2.CAP_PROP_FRAME_WIDTH), video.get(cv2.CAP_PROP_FRAME_HEIGHT)) == (320, 240)
     bag = replays / f"{trial}.mcap"
-    assert set(topics(bag)) == {"/clock", "/joint_states", "/arm_position_controller/commands",
+    assert set(topics(bag)) == {"/clock", "/joint_states", "/arm_streaming_controller/commands",
                                 "/gripper_controller/commands", "/cameras/scene/image_raw", "/twin/object_poses"}
     states = list(read_bag(bag, ["/joint_states"]))
     assert len(states) == 5 and states[-1].stamp == pytest.approx(0.2)

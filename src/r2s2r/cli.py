@@ -49,6 +49,20 @@ def _robots_export(args) -> int:
     return 0
 
 
+def _robots_moveit(args) -> int:
+    from r2s2r.robots import get_robot
+    from r2s2r.sim import moveit
+    robot = get_robot(args.robot)
+    if args.samples < 0:
+        print(f"--samples {args.samples}: expected a positive number of poses", file=sys.stderr)
+        return 2
+    samples = args.samples or moveit.COLLISION_SAMPLES
+    print(f"{robot.name}: sampling {samples} poses for the collision matrix ...", flush=True)
+    for path in moveit.write(robot, args.out, samples=samples):
+        print(f"wrote {path}")
+    return 0
+
+
 def _up(args) -> int:
     from r2s2r.stack import StackRunner, load_stack
     overrides = {}
@@ -78,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("mjcf", "urdf"), default="mjcf")
     export.add_argument("--out", required=True)
     export.set_defaults(func=_robots_export)
+    moveit = robots.add_parser("moveit", help="write a MoveIt 2 configuration for a robot (docs/moveit.md)")
+    moveit.add_argument("robot")
+    moveit.add_argument("--out", required=True, help="the folder to write it into")
+    moveit.add_argument("--samples", type=int, default=0,
+                        help="random poses sampled for the collision matrix (default: docs/moveit.md)")
+    moveit.set_defaults(func=_robots_moveit)
 
     backends = sub.add_parser("backends", help="the hardware backends").add_subparsers(dest="action", required=True)
     backends.add_parser("list", help="print the installed backends").set_defaults(func=_backends_list)

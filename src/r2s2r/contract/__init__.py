@@ -7,7 +7,9 @@ ROS graph. The ROS-side pieces live in `contract.qos` and `contract.convert`, wh
 
 from r2s2r.contract.names import Topics, Services
 from r2s2r.contract.sync import ApproximateTimeSynchronizer, SyncedObservation
-from r2s2r.contract.types import CameraFrame, JointCommand, JointSample, CommandError
+from r2s2r.contract.types import (CameraFrame, CommandError, JointCommand, JointNamesError, JointSample,
+                                  StaleCommandError)
 
 __all__ = ["Topics", "Services", "CameraFrame", "JointCommand", "JointSample", "CommandError",
+           "JointNamesError", "StaleCommandError",
            "ApproximateTimeSynchronizer", "SyncedObservation"]

@@ -30,13 +30,19 @@ def clock_msg(seconds: float) -> Clock:
     """rosgraph_msgs/Clock of a simulated time (what /clock carries)."""
     return Clock(clock=to_time(seconds))
 
+def to_duration(seconds: float) -> Duration:
+    sec = math.floor(seconds)
+    return Duration(sec=int(sec), nanosec=min(int(round((seconds - sec) * 1e9)), 999_999_999))
+
+
 def from_time(stamp: Time | Duration) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
 
 
-def joint_state_msg(sample: JointSample) -> JointState:
+def joint_state_msg(sample: JointSample, stamp_offset: float = 0.0) -> JointState:
+    """`stamp_offset`: added to the sample's stamp (a robot clock onto ROS time)."""
     msg = JointState()
-    msg.header.stamp = to_time(sample.stamp)
+    msg.header.stamp = to_time(sample.stamp + stamp_offset)
     msg.name = list(sample.names)
     msg.position = sample.position.tolist()
     msg.velocity = sample.velocity.tolist()
@@ -81,7 +87,7 @@ def trajectory_msg(names: Sequence[str], times: Sequence[float], positions,
             point.velocities = [float(v) for v in velocities[i]]
         if accelerations is not None:
             point.accelerations = [float(v) for v in accelerations[i]]
-        point.time_from_start = Duration(sec=int(math.floor(t)), nanosec=int(round((t - math.floor(t)) * 1e9)))
+        point.time_from_start = to_duration(t)
         msg.points.append(point)
     return msg
 

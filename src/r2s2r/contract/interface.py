@@ -15,6 +15,7 @@ class Interface:
     publishers: dict[str, str]  # relative topic name -> type, e.g. "sensor_msgs/msg/JointState"
     subscriptions: dict[str, str]
     services: dict[str, str] = field(default_factory=dict)  # "~/reset" -> "std_srvs/srv/Trigger"
+    actions: dict[str, str] = field(default_factory=dict)  # relative action name -> type
 
 
 def driver_interface(groups: Sequence[str], grippers: Sequence[str], simulated: bool,
@@ -28,14 +29,19 @@ def driver_interface(groups: Sequence[str], grippers: Sequence[str], simulated: 
             publishers[Topics.camera_image(cam)] = "sensor_msgs/msg/Image"
             publishers[Topics.camera_info(cam)] = "sensor_msgs/msg/CameraInfo"
     subscriptions = {Topics.ESTOP: "std_msgs/msg/Bool"}
+    actions = {}
     for group in groups:
         subscriptions[Topics.position_commands(group)] = "std_msgs/msg/Float64MultiArray"
+        subscriptions[Topics.streaming_commands(group)] = "std_msgs/msg/Float64MultiArray"
         subscriptions[Topics.joint_trajectory(group)] = "trajectory_msgs/msg/JointTrajectory"
+        publishers[Topics.controller_state(group)] = "control_msgs/msg/JointTrajectoryControllerState"
+        actions[Topics.follow_joint_trajectory(group)] = "control_msgs/action/FollowJointTrajectory"
     for gripper in grippers:
         subscriptions[Topics.gripper_commands(gripper)] = "std_msgs/msg/Float64MultiArray"
+        actions[Topics.gripper_action(gripper)] = "control_msgs/action/GripperCommand"
     services = {Services.RESET: "std_srvs/srv/Trigger", Services.HOME: "std_srvs/srv/Trigger",
                 Services.ENABLE: "std_srvs/srv/SetBool"}
-    return Interface(publishers, subscriptions, services)
+    return Interface(publishers, subscriptions, services, actions)
 
 
 SIM_ONLY_PREFIXES = ("/clock", "twin/", "cameras/")

@@ -26,9 +26,31 @@ class Topics:
         return f"{group}_controller/joint_trajectory"
 
     @staticmethod
+    def follow_joint_trajectory(group: str) -> str:
+        """joint_trajectory_controller's action for one joint group (control_msgs FollowJointTrajectory)."""
+        return f"{group}_controller/follow_joint_trajectory"
+
+    @staticmethod
+    def controller_state(group: str) -> str:
+        """joint_trajectory_controller's state (control_msgs JointTrajectoryControllerState)."""
+        return f"{group}_controller/controller_state"
+
+    @staticmethod
+    def gripper_action(gripper: str) -> str:
+        """gripper_action_controller's action (control_msgs GripperCommand)."""
+        return f"{gripper}_controller/gripper_cmd"
+
+    @staticmethod
     def position_commands(group: str) -> str:
-        """forward_command_controller (position) input for one joint group."""
+        """forward_command_controller (position) input for one joint group: each command is held
+        until the next, as ros2_control's controller holds it."""
         return f"{group}_position_controller/commands"
+
+    @staticmethod
+    def streaming_commands(group: str) -> str:
+        """Streaming targets for one joint group (what policies publish): a target older than the
+        driver's watchdog_s is braked to a stop, so a client that falls silent stops the arm."""
+        return f"{group}_streaming_controller/commands"
 
     @staticmethod
     def gripper_commands(gripper: str) -> str:

@@ -11,6 +11,14 @@ class CommandError(ValueError):
     """A command was rejected; the message names what is wrong and what was expected."""
 
 
+class JointNamesError(CommandError):
+    """A command named joints the group does not have, named one twice or left one out."""
+
+
+class StaleCommandError(CommandError):
+    """A trajectory stamped to start so long ago that it has already ended."""
+
+
 def _frozen_array(values, dtype=np.float64) -> np.ndarray:
     array = np.array(values, dtype=dtype, copy=True)
     array.setflags(write=False)

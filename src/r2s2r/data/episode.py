@@ -158,7 +158,8 @@ class JointStream:
 class Command:
     """One command message on the episode's time base.
 
-    kind: "positions" (a group's streaming targets), "gripper" (an opening, metres) or
+    kind: "positions" (a group's target, held), "streaming" (one of a group's streamed targets,
+    which the watchdog stops once they stop coming), "gripper" (an opening, metres) or
     "trajectory" (a joint_trajectory_controller goal: `names`, `times` from its start,
     `values` one row per point; `start` the header stamp on the episode's time base, or None
     for "start on receipt").
@@ -315,6 +316,7 @@ def load_episode(path: str | Path, robot: str | None = None, require_commands: b
 
     commands: list[Command] = []
     by_topic = {Topics.position_commands(g): ("positions", g) for g in spec.group_names}
+    by_topic |= {Topics.streaming_commands(g): ("streaming", g) for g in spec.group_names}
     by_topic |= {Topics.gripper_commands(g.name): ("gripper", g.name) for g in spec.grippers}
     by_topic |= {Topics.joint_trajectory(g): ("trajectory", g) for g in spec.group_names}
     for m in messages:
@@ -448,7 +450,8 @@ def episode_topics(robot: RobotSpec, cameras: Iterable[str] = (), depth: bool = 
     joint_states and diagnostics, every command topic, and each camera's images and camera_info."""
     from r2s2r.contract.interface import driver_interface
     iface = driver_interface(robot.group_names, [g.name for g in robot.grippers], simulated=False)
-    out = dict(iface.publishers)
+    # The controllers' state is derived from what is recorded (joint_states and the commands).
+    out = {topic: kind for topic, kind in iface.publishers.items() if not topic.endswith("/controller_state")}
     out |= iface.subscriptions  # every command topic, estop included
     for cam in cameras:
         out[Topics.camera_image(cam)] = "sensor_msgs/msg/Image"

@@ -42,12 +42,12 @@ def commanded(recording: Recording, times: np.ndarray) -> np.ndarray:
     column = 0
     for group in robot.groups:
         held = np.array([recording.joints.at(t, group.joints) for t in times])  # where it stood
-        commands = [c for c in recording.commands if c.target == group.name and c.kind in ("positions", "trajectory")]
+        commands = [c for c in recording.commands if c.target == group.name and c.kind in ("positions", "streaming", "trajectory")]
         for row, t in enumerate(times):
             last = next((c for c in reversed(commands) if c.time <= t + 1e-9), None)
             if last is None:
                 continue
-            if last.kind == "positions":
+            if last.kind in ("positions", "streaming"):
                 held[row] = last.values
             else:
                 order = [list(last.names).index(j) for j in group.joints]

@@ -49,7 +49,7 @@ class TrialBag(VideoRecorder):
         self.bag.write(f"/{Topics.JOINT_STATES}", convert.joint_state_msg(loop.sample()), now)
         if command is not None:
             for group, values in command.joints.items():
-                self.bag.write(f"/{Topics.position_commands(group)}", convert.float_array_msg(values, group), now)
+                self.bag.write(f"/{Topics.streaming_commands(group)}", convert.float_array_msg(values, group), now)
             for gripper, opening in command.grippers.items():
                 self.bag.write(f"/{Topics.gripper_commands(gripper)}", convert.float_array_msg([opening], gripper), now)
         self.bag.write(f"/{Topics.camera_image(self.camera)}",

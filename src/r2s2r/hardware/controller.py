@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from r2s2r.contract.names import Topics
 from r2s2r.contract.types import CommandError
 from r2s2r.hardware.kernels import follow
 from r2s2r.hardware.motion import MotionLimiter, braking_path
@@ -31,6 +32,12 @@ class _Group:
     trajectory: TrajectorySampler | None = None
     last_command: float = float("-inf")  # when the last streaming target arrived
     watched: bool = False  # a streaming target the watchdog may still have to stop
+    sequence: int = 0  # counts what the group was told to do: a goal watching it sees it replaced
+    replaced_by: str = ""  # what told it last (a command on a topic, an estop, a stop short ...)
+
+    def replace(self, cause: str) -> None:
+        self.sequence += 1
+        self.replaced_by = cause
 
 
 @dataclass
@@ -76,6 +83,7 @@ class JointController:
         self.grippers = {g.name: g for g in robot.grippers}
         self.gripper_targets = {g.name: (g.opening_range[1] if g.home_opening is None else g.home_opening)
                                 for g in robot.grippers}
+        self.gripper_sequence = {g.name: 0 for g in robot.grippers}  # as _Group.sequence, per gripper
         self.stats = CommandStats()
         # The closest approach at the current setpoint: motion may not come closer than this.
         self.clearance = None
@@ -94,11 +102,13 @@ class JointController:
         self.stats.last_error = str(error)
         self.stats.last_error_time = now
 
-    def command_positions(self, group: str, values, now: float = 0.0) -> None:
-        """Streaming targets for one group, in the group's joint order (forward_command_controller)."""
+    def command_positions(self, group: str, values, now: float = 0.0, streaming: bool = True) -> None:
+        """A target for one group, in the group's joint order: `streaming`, one of a stream the
+        watchdog stops when it falls silent (a policy's); else held until the next command, as
+        forward_command_controller holds it."""
         kind = f"{group}_position"
+        label = Topics.streaming_commands(group) if streaming else Topics.position_commands(group)
         try:
-            label = f"{group}_position_controller/commands"
             self._check_open(label)
             g = self._group(group)
             values = np.asarray(values, dtype=float).ravel()
@@ -113,27 +123,41 @@ class JointController:
             g.trajectory = None  # a streaming target replaces a running trajectory, as in ros2_control
             g.target = values.copy()
             g.last_command = now
-            g.watched = True
+            g.watched = streaming
+            g.replace(f"a command on {label}")
         self.stats.accepted[kind] += 1
         self.stats.last_accepted_time = now
 
     def command_trajectory(self, group: str, names, stamp: float, times, positions, velocities,
-                           accelerations, now: float) -> None:
-        """A joint_trajectory_controller goal; `stamp` 0 means start now."""
+                           accelerations, now: float, label: str = "") -> TrajectorySampler:
+        """A joint_trajectory_controller goal; `stamp` 0 means start now. `names` may be a subset
+        of the group's joints: the others hold where they are. `label`: where the goal came from
+        (default the group's joint_trajectory topic). The sampler that now drives the group."""
         kind = f"{group}_trajectory"
-        label = f"{group}_controller/joint_trajectory"
+        label = label or f"{group}_controller/joint_trajectory"
         try:
             self._check_open(label)
             g = self._group(group)
-            order = order_by_names(label, names, g.joints)
-            positions = np.asarray(positions, float)[:, order]
-            velocities = None if velocities is None else np.asarray(velocities, float)[:, order]
-            accelerations = None if accelerations is None else np.asarray(accelerations, float)[:, order]
+            order = order_by_names(label, names, g.joints, partial=True)
+            positions, velocities, accelerations = (
+                None if rows is None else np.asarray(rows, float) for rows in (positions, velocities, accelerations))
+            times = np.asarray(times, float).ravel()
+            for field_name, rows in (("positions", positions), ("velocities", velocities),
+                                     ("accelerations", accelerations)):
+                if rows is not None and (rows.ndim != 2 or rows.shape != (times.size, len(names))):
+                    raise CommandError(f"{label}: {field_name} of shape {rows.shape}; expected one row per point "
+                                       f"({times.size}) of one value per joint name ({len(names)})")
+            if times.size == 0:
+                raise CommandError(f"{label}: no points; expected at least one")
             for field_name, values in (("positions", positions), ("velocities", velocities),
                                        ("accelerations", accelerations)):
                 if values is not None:
                     check_finite(f"{label} {field_name}", values)
-            times = np.asarray(times, float)
+            with self._lock:
+                held = self.limiter.position[g.index].copy()
+            positions = self._complete(positions, order, held)
+            velocities = None if velocities is None else self._complete(velocities, order, 0.0)
+            accelerations = None if accelerations is None else self._complete(accelerations, order, 0.0)
             check_finite(f"{label} time_from_start", times)
             for i, row in enumerate(positions):
                 check_within(f"{label} point {i}", row, self.lower[g.index], self.upper[g.index], g.joints)
@@ -153,8 +177,20 @@ class JointController:
             g.trajectory = sampler
             g.target = sampler.final_positions.copy()
             g.watched = False
+            g.replace(f"a command on {label}")
         self.stats.accepted[kind] += 1
         self.stats.last_accepted_time = now
+        return sampler
+
+    @staticmethod
+    def _complete(rows: np.ndarray, order: np.ndarray, fill) -> np.ndarray:
+        """Rows in the group's joint order from rows in a message's order; joints the message left
+        out (order -1) take `fill` (their held position, or 0 for a rate)."""
+        out = np.empty((rows.shape[0], order.size))
+        out[:] = fill
+        given = order >= 0
+        out[:, given] = rows[:, order[given]]
+        return out
 
     def command_gripper(self, gripper: str, values, now: float = 0.0) -> None:
         label = f"{gripper}_controller/commands"
@@ -171,6 +207,7 @@ class JointController:
             with self._lock:
                 self._check_fingers_clear(label, gripper, float(values[0]))
                 self.gripper_targets[gripper] = float(values[0])
+                self.gripper_sequence[gripper] += 1
                 self._measure_clearance()  # the fingers move: what the arm's motion is compared with
         except CommandError as error:
             self._reject(gripper, error, now)
@@ -233,28 +270,42 @@ class JointController:
                 g.trajectory = None
                 g.watched = False
                 g.target = self.limiter.position[g.index].copy()
+                g.replace("a hold where the arm stands (reset, reconnect or teleport)")
             self._measure_clearance()
 
-    def brake(self) -> None:
-        """Drop every command and stop as fast as the acceleration limits allow (estop, watchdog)."""
+    def brake(self, cause: str = "a brake") -> None:
+        """Drop every command and stop as fast as the acceleration limits allow (estop, disable);
+        `cause` is what a goal that was running is told."""
         with self._lock:
-            self._brake()
+            self._brake(cause)
 
-    def _brake(self) -> None:
+    def _brake(self, cause: str) -> None:
         stop = self._stopping_point()
         for g in self.groups.values():
             g.trajectory = None
             g.watched = False
             g.target = stop[g.index]
+            g.replace(cause)
+
+    def brake_group(self, group: str, cause: str) -> None:
+        """Stop one group within the acceleration limits and hold where it stops (a cancelled or
+        aborted goal); the other groups go on."""
+        with self._lock:
+            g = self._group(group)
+            stop = self._stopping_point()
+            g.trajectory = None
+            g.watched = False
+            g.target = stop[g.index]
+            g.replace(cause)
 
     def latch(self, reason: str) -> None:
         """Brake to a stop and refuse every command, saying `reason`, until unlatch() (estop)."""
         self.latched = reason
-        self.brake()
+        self.brake(f"an estop: {reason}")
 
     def unlatch(self) -> None:
         """Take commands again; the arm holds where its braking stops (never a jump to elsewhere)."""
-        self.brake()
+        self.brake("an enable")
         self.latched = ""
 
     def _stopping_point(self) -> np.ndarray:
@@ -271,6 +322,7 @@ class JointController:
                     stop = self._stopping_point() if stop is None else stop
                     g.target = stop[g.index]
                     g.watched = False
+                    g.replace(f"the watchdog: no target for {self.watchdog_s:g} s")
                     self.stats.watchdog_stops += 1
                 if g.trajectory is not None:
                     pos, vel = g.trajectory.sample(now + dt)
@@ -287,7 +339,7 @@ class JointController:
                 # Going on would bring the robot into contact: brake from where it was, along the
                 # path the previous cycle found clear.
                 self.limiter.position[:], self.limiter.velocity[:] = before
-                self._brake()
+                self._brake(f"a stop short: {self.stats.last_stop_short}")
                 zero = np.zeros_like(target)
                 for g in self.groups.values():
                     target[g.index] = g.target
@@ -369,6 +421,23 @@ class JointController:
     def gripper_openings(self) -> np.ndarray:
         with self._lock:
             return np.array([self.gripper_targets[g] for g in self.grippers])
+
+    def group_command(self, group: str) -> tuple[int, str]:
+        """(sequence, what told the group last): a goal compares the sequence with its own."""
+        with self._lock:
+            g = self._group(group)
+            return g.sequence, g.replaced_by
+
+    def reference(self, group: str, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A group's reference (what it is told to be at `now`: its trajectory's sample, or its
+        target at rest) and output (the limited setpoint sent on), as positions and velocities."""
+        with self._lock:
+            g = self._group(group)
+            if g.trajectory is not None:
+                position, velocity = g.trajectory.sample(now)
+            else:
+                position, velocity = g.target.copy(), np.zeros(len(g.joints))
+            return position, velocity, self.limiter.position[g.index].copy(), self.limiter.velocity[g.index].copy()
 
     def active_trajectories(self) -> list[str]:
         return [g.name for g in self.groups.values() if g.trajectory is not None]

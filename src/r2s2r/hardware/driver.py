@@ -21,10 +21,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from r2s2r.contract.types import CommandError, JointSample
+from r2s2r.contract.types import CommandError, JointSample, StaleCommandError
 from r2s2r.hardware.base import Hardware, HardwareError, LinkLost
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.safety import SafetyLimits
+from r2s2r.hardware.trajectory import TrajectorySampler
 from r2s2r.sim.collision import DEFAULT_MARGIN_M
 from r2s2r.sim.scene import Scene
 
@@ -173,24 +174,34 @@ class Driver:
             self.loop.controller.stats.last_error = str(error)
         raise error
 
-    def command_positions(self, group: str, values, what: str = "") -> None:
+    def command_positions(self, group: str, values, what: str = "", streaming: bool = True) -> None:
+        """A target for `group`: `streaming` (watched by the watchdog) or held (JointController.command_positions)."""
         loop = self.accepting(what or f"{group} positions")
-        loop.controller.command_positions(group, values, self.hardware.now)
+        loop.controller.command_positions(group, values, self.hardware.now, streaming=streaming)
 
     def command_gripper(self, gripper: str, values, what: str = "") -> None:
         loop = self.accepting(what or f"{gripper} opening")
         loop.controller.command_gripper(gripper, values, self.hardware.now)
 
     def command_trajectory(self, group: str, names, stamp: float, times, positions, velocities=None,
-                           accelerations=None, what: str = "") -> None:
-        what = what or f"{group} trajectory"
+                           accelerations=None, what: str = "") -> TrajectorySampler:
+        """A trajectory for `group` (joint_trajectory_controller's rules); `what` names where it came
+        from in errors and in what a goal it replaces is told. The sampler now driving the group."""
+        what = what or f"{group}_controller/joint_trajectory"
         loop = self.accepting(what)
         now = self.hardware.now
         if stamp > now + MAX_FUTURE_STAMP_S:
             raise CommandError(f"{what}: header.stamp {stamp:.3f} s is {stamp - now:.1f} s ahead of the robot "
                                f"clock ({now:.3f} s); expected 0 (start now) or a time on the robot's clock "
                                "(use_sim_time for the twin)")
-        loop.controller.command_trajectory(group, names, stamp, times, positions, velocities, accelerations, now)
+        times = np.asarray(times, float).ravel()
+        if stamp > 0 and times.size and np.isfinite(times[-1]) and stamp + times[-1] < now:
+            raise StaleCommandError(
+                f"{what}: header.stamp {stamp:.3f} s plus the last time_from_start {times[-1]:.3f} s ended "
+                f"{now - stamp - times[-1]:.3f} s before the robot clock's {now:.3f} s; expected 0 (start now) "
+                "or a start whose trajectory has not ended yet")
+        return loop.controller.command_trajectory(group, names, stamp, times, positions, velocities, accelerations,
+                                                  now, label=what)
 
     def estop(self) -> bool:
         """Latch the stop (brake within the acceleration limits, hold); False if already latched."""
@@ -216,7 +227,7 @@ class Driver:
                     self.loop.enable()
                     self.estopped = False
                 else:
-                    self.loop.controller.brake()
+                    self.loop.controller.brake("a disable (~/enable false)")
                 self.enabled = bool(on)
             except HardwareError as error:
                 return False, str(error)
@@ -253,7 +264,7 @@ class Driver:
                 duration = max(float(np.max(np.abs(home - current[index]) /
                                             (HOMING_SPEED * self.limits.velocity[index]))), 0.5)
                 loop.controller.command_trajectory(group.name, group.joints, 0.0, [duration], [home], None, None,
-                                                   self.hardware.now)
+                                                   self.hardware.now, label="~/home")
         except (CommandError, HardwareError) as error:
             return False, str(error)
         return True, "moving home"
@@ -352,15 +363,15 @@ class Driver:
 
 
 def send_script_command(driver: Driver, command) -> None:
-    """A command as a recorded episode or a script holds it (`kind` positions, gripper or
-    trajectory; `target`, `values`; a trajectory's `names`, `start`, `times`, `velocities`) into
+    """A command as a recorded episode or a script holds it (`kind` positions (held), streaming,
+    gripper or trajectory; `target`, `values`; a trajectory's `names`, `start`, `times`, `velocities`) into
     the driver, as its topic would deliver it. CommandError when the driver refuses it."""
-    if command.kind == "positions":
-        driver.command_positions(command.target, command.values)
+    if command.kind in ("positions", "streaming"):
+        driver.command_positions(command.target, command.values, streaming=command.kind == "streaming")
     elif command.kind == "gripper":
         driver.command_gripper(command.target, command.values)
     elif command.kind == "trajectory":
         driver.command_trajectory(command.target, command.names, command.start or 0.0, command.times, command.values,
                                   command.velocities)
     else:
-        raise CommandError(f"command of kind {command.kind!r}; expected positions, gripper or trajectory")
+        raise CommandError(f"command of kind {command.kind!r}; expected positions, streaming, gripper or trajectory")

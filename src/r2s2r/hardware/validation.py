@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from r2s2r.contract.types import CommandError
+from r2s2r.contract.types import CommandError, JointNamesError
 
 
 def check_finite(label: str, values: np.ndarray) -> None:
@@ -30,18 +30,21 @@ def check_length(label: str, values: Sequence[float], expected: Sequence[str]) -
                            f"(one per joint: {', '.join(expected)})")
 
 
-def order_by_names(label: str, names: Sequence[str], expected: Sequence[str]) -> np.ndarray:
-    """Index array mapping `expected` order into `names` order; unknown or missing joints are errors."""
+def order_by_names(label: str, names: Sequence[str], expected: Sequence[str], partial: bool = False) -> np.ndarray:
+    """Index array mapping `expected` order into `names` order; unknown or repeated joints are
+    errors, and so are missing ones unless `partial` (their index is then -1)."""
     unknown = [n for n in names if n not in expected]
     if unknown:
-        raise CommandError(f"{label}: unknown joint names {unknown}; expected the joints {', '.join(expected)}")
+        raise JointNamesError(f"{label}: unknown joint names {unknown}; expected the joints {', '.join(expected)}")
     if len(set(names)) != len(names):
-        raise CommandError(f"{label}: joint names repeat: {list(names)}; expected each of {', '.join(expected)} once")
+        raise JointNamesError(f"{label}: joint names repeat: {list(names)}; expected each of {', '.join(expected)} once")
+    if not names:
+        raise JointNamesError(f"{label}: no joint names; expected some of {', '.join(expected)}")
     missing = [n for n in expected if n not in names]
-    if missing:
-        raise CommandError(f"{label}: joints {missing} are missing; expected all of {', '.join(expected)}")
+    if missing and not partial:
+        raise JointNamesError(f"{label}: joints {missing} are missing; expected all of {', '.join(expected)}")
     position = {n: i for i, n in enumerate(names)}
-    return np.array([position[n] for n in expected])
+    return np.array([position.get(n, -1) for n in expected])
 
 
 def _number(value: float) -> str:

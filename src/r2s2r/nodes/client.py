@@ -39,6 +39,7 @@ class RobotClient:
         self._diagnostics: list[DiagnosticArray] = []
         self._images: dict[str, Image] = {}
         self._publishers: dict[str, object] = {}
+        self._action_clients: dict[str, object] = {}
         self.node.create_subscription(JointState, Topics.JOINT_STATES, self._on_joints, qos.STATE)
         self.node.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, self._on_diag, qos.DIAGNOSTICS)
         for cam in cameras:
@@ -117,8 +118,10 @@ class RobotClient:
         pub = self._publisher(msg_type, topic, qos.LATCHED if topic == Topics.ESTOP else qos.COMMAND)
         return self.wait_for(lambda: pub.get_subscription_count() > 0, timeout)
 
-    def send_positions(self, group: str, values: Sequence[float]) -> None:
-        topic = Topics.position_commands(group)
+    def send_positions(self, group: str, values: Sequence[float], streaming: bool = False) -> None:
+        """A target for `group`: held until the next (forward_command_controller), or `streaming`
+        (the driver's watchdog stops the arm once such targets stop coming)."""
+        topic = Topics.streaming_commands(group) if streaming else Topics.position_commands(group)
         self._publisher(Float64MultiArray, topic).publish(convert.float_array_msg(values))
 
     def send_gripper(self, gripper: str, opening: float | Sequence[float]) -> None:
@@ -132,6 +135,67 @@ class RobotClient:
 
     def send_raw(self, topic: str, msg) -> None:
         self._publisher(type(msg), topic).publish(msg)
+
+    # -- the controllers' actions ------------------------------------------------------------------
+    def _action_client(self, action_type, name: str):
+        from rclpy.action import ActionClient
+        if name not in self._action_clients:
+            self._action_clients[name] = ActionClient(self.node, action_type, name)
+        return self._action_clients[name]
+
+    def prepare_actions(self, groups: Sequence[str], grippers: Sequence[str], timeout: float = 10.0) -> bool:
+        """Make the action clients of `groups` and `grippers` and wait for their servers. A client
+        made long before its first goal has its replies' route discovered: one made just before
+        may send a goal whose acceptance is lost to DDS discovery on a loaded host."""
+        from control_msgs.action import FollowJointTrajectory, GripperCommand
+        clients = [self._action_client(FollowJointTrajectory, Topics.follow_joint_trajectory(g)) for g in groups]
+        clients += [self._action_client(GripperCommand, Topics.gripper_action(g)) for g in grippers]
+        return all(client.wait_for_server(timeout_sec=timeout) for client in clients)
+
+    def follow_trajectory(self, group: str, names, times, positions, velocities=None, accelerations=None,
+                          stamp: float = 0.0, path_tolerance=(), goal_tolerance=(), goal_time_tolerance: float = 0.0,
+                          timeout: float = 10.0) -> "ActionGoal":
+        """Send a FollowJointTrajectory goal to `group`'s controller, as MoveIt's trajectory execution
+        does; tolerances as (joint, position, velocity, acceleration) tuples. Returns once the goal
+        is accepted or refused."""
+        from control_msgs.action import FollowJointTrajectory
+        from control_msgs.msg import JointTolerance
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory = convert.trajectory_msg(names, times, positions, velocities, accelerations, stamp)
+        goal.path_tolerance = [JointTolerance(name=n, position=float(p), velocity=float(v), acceleration=float(a))
+                               for n, p, v, a in path_tolerance]
+        goal.goal_tolerance = [JointTolerance(name=n, position=float(p), velocity=float(v), acceleration=float(a))
+                               for n, p, v, a in goal_tolerance]
+        goal.goal_time_tolerance = convert.to_duration(goal_time_tolerance)
+        return self._send_goal(self._action_client(FollowJointTrajectory, Topics.follow_joint_trajectory(group)),
+                               goal, timeout)
+
+    def gripper_goal(self, gripper: str, position: float, max_effort: float = 0.0,
+                     timeout: float = 10.0) -> "ActionGoal":
+        """Send a GripperCommand goal (the opening in metres) to `gripper`'s controller."""
+        from control_msgs.action import GripperCommand
+        goal = GripperCommand.Goal()
+        goal.command.position, goal.command.max_effort = float(position), float(max_effort)
+        return self._send_goal(self._action_client(GripperCommand, Topics.gripper_action(gripper)), goal, timeout)
+
+    def _send_goal(self, client, goal, timeout: float) -> "ActionGoal":
+        if not client.wait_for_server(timeout_sec=timeout):
+            raise TimeoutError(f"action {client._action_name} not available within {timeout} s")
+        handle = ActionGoal(self)
+        future = self.on_executor(lambda: client.send_goal_async(goal, feedback_callback=handle.on_feedback), timeout)
+        if not self.wait_for(future.done, timeout):
+            raise TimeoutError(f"action {client._action_name} did not answer the goal within {timeout} s")
+        handle.goal_handle = future.result()
+        return handle
+
+    def on_executor(self, call, timeout: float = 10.0):
+        """call() on the spinning thread, its return value. rclpy's ActionClient files a request's
+        future only after sending it: called from another thread, a reply handled in between is
+        dropped and the future never completes (ros2/rclpy#1123)."""
+        task = self._executor.create_task(call)
+        if not self.wait_for(task.done, timeout):
+            raise TimeoutError(f"the client's executor did not run a call within {timeout} s")
+        return task.result()
 
     def estop(self, engaged: bool = True) -> None:
         self._publisher(Bool, Topics.ESTOP, qos.LATCHED).publish(Bool(data=engaged))
@@ -159,4 +223,39 @@ class RobotClient:
 
     def close(self) -> None:
         stop_spinning(self._executor, self._thread)
+        for client in self._action_clients.values():
+            client.destroy()
         self.node.destroy_node()
+
+
+class ActionGoal:
+    """A goal sent by RobotClient: its feedback as it comes, its result, a way to cancel it."""
+
+    def __init__(self, client: RobotClient):
+        self._client = client
+        self.goal_handle = None
+        self.feedback: list = []
+        self._result_future = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.goal_handle is not None and self.goal_handle.accepted
+
+    def on_feedback(self, msg) -> None:
+        self.feedback.append(msg.feedback)
+
+    def result(self, timeout: float = 30.0):
+        """(status, result): status an action_msgs/GoalStatus value (4 succeeded, 5 canceled, 6 aborted)."""
+        if self._result_future is None:
+            self._result_future = self._client.on_executor(self.goal_handle.get_result_async)
+        if not self._client.wait_for(self._result_future.done, timeout):
+            raise TimeoutError(f"no result within {timeout} s")
+        response = self._result_future.result()
+        return response.status, response.result
+
+    def cancel(self, timeout: float = 10.0):
+        """Request cancellation; the cancel response."""
+        future = self._client.on_executor(self.goal_handle.cancel_goal_async)
+        if not self._client.wait_for(future.done, timeout):
+            raise TimeoutError(f"no cancel response within {timeout} s")
+        return future.result()

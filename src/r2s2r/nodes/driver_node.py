@@ -13,7 +13,8 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
                    models (default: the robot on its table, no objects)
   collision_margin_m  how close (m) the arm may come to the cell's fixed geometry and to itself
   seed             twin seed
-  watchdog_s       streaming targets older than this: brake and hold (0 disables)
+  watchdog_s       targets on <group>_streaming_controller/commands older than this: brake and
+                   hold (0 disables); <group>_position_controller/commands holds its command
   velocity_scale   fraction of the datasheet velocity limits the safety filter allows
   control_rate_hz  command cycle rate (default: the robot's)
   state_rate_hz    joint_states rate (default: the robot's)
@@ -21,6 +22,12 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   cameras          camera names to publish (default: all of the scene's)
   publish_depth    also publish cameras/<name>/depth/image_raw (32FC1, metres)
   real_time_factor 1.0 paces the twin to the wall clock; 0 runs as fast as it can
+  controller_state_rate_hz  rate of <group>_controller/controller_state (0 disables it)
+  constraints.goal_time, constraints.stopped_velocity_tolerance, constraints.<joint>.trajectory,
+  constraints.<joint>.goal   joint_trajectory_controller's default tolerances for the
+                   follow_joint_trajectory goals (a goal's own tolerances override them)
+  gripper_action.goal_tolerance, .stall_velocity_threshold, .stall_timeout, .allow_stalling
+                   gripper_action_controller's settings for the gripper_cmd goals
 """
 
 
@@ -43,8 +50,10 @@ from r2s2r.contract import convert, qos
 from r2s2r.contract.frames import WORLD, camera_optical_frame
 from r2s2r.hardware.backends import backend_names, load_backend
 from r2s2r.hardware.driver import ERROR, OK, WARN, Driver
+from r2s2r.hardware.goals import GripperSettings, ToleranceDefaults
 from r2s2r.hardware.safety import SafetyLimits
 from r2s2r.hardware.sim import SimHardware
+from r2s2r.nodes.actions import ControllerActions
 from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.robots import get_robot
 from r2s2r.sim.collision import DEFAULT_MARGIN_M
@@ -56,6 +65,13 @@ DEFAULTS = {
     "robot": "", "backend": "sim", "scene": "", "seed": 0, "control_rate_hz": 0.0, "state_rate_hz": 0.0,
     "camera_rate_hz": 30.0, "cameras": [""], "publish_depth": False, "real_time_factor": 1.0,
     "watchdog_s": 0.5, "velocity_scale": 1.0, "collision_margin_m": DEFAULT_MARGIN_M,
+    "controller_state_rate_hz": 50.0,
+    "constraints.goal_time": ToleranceDefaults.goal_time,
+    "constraints.stopped_velocity_tolerance": ToleranceDefaults.stopped_velocity,
+    "gripper_action.goal_tolerance": GripperSettings.goal_tolerance,
+    "gripper_action.stall_velocity_threshold": GripperSettings.stall_velocity_threshold,
+    "gripper_action.stall_timeout": GripperSettings.stall_timeout,
+    "gripper_action.allow_stalling": GripperSettings.allow_stalling,
 }
 
 
@@ -69,9 +85,16 @@ RANGES = {
     "watchdog_s": (0.0, 60.0, "a positive time up to 60 s"),
     "velocity_scale": (0.0, 1.0, "a share of the datasheet velocities in (0, 1]"),
     "seed": (0, 2**32 - 1, "an integer from 0 to 2^32 - 1"),
+    "controller_state_rate_hz": (0.1, 10000.0, "0 (no controller_state) or a rate from 0.1 Hz to 10 kHz"),
+    "constraints.goal_time": (0.0, 3600.0, "0 (wait as long as it takes) or a time in seconds up to 3600"),
+    "constraints.stopped_velocity_tolerance": (0.0, 100.0, "0 (not checked) or a speed in rad/s"),
+    "gripper_action.goal_tolerance": (0.0, 1.0, "a distance in metres up to 1"),
+    "gripper_action.stall_velocity_threshold": (0.0, 10.0, "a speed in m/s"),
+    "gripper_action.stall_timeout": (0.0, 3600.0, "a time in seconds up to 3600"),
 }
-POSITIVE = ("watchdog_s", "velocity_scale")
-RATES = ("control_rate_hz", "state_rate_hz", "camera_rate_hz")
+POSITIVE = ("watchdog_s", "velocity_scale", "gripper_action.goal_tolerance", "gripper_action.stall_timeout")
+RATES = ("control_rate_hz", "state_rate_hz", "camera_rate_hz", "controller_state_rate_hz")
+JOINT_TOLERANCE = (0.0, 100.0, "0 (not checked) or a tolerance in rad (m for a prismatic joint)")
 
 
 class DriverNode(Node):
@@ -88,6 +111,7 @@ class DriverNode(Node):
         if not robot_name:
             raise ValueError("parameter 'robot' is required: one of the registered robots")
         self.robot = get_robot(robot_name)  # UnknownRobotError lists the known robots
+        tolerances = self._tolerance_defaults()
         self.backend = self._param("backend")
         if scene is None:
             scene_path = self._param("scene")
@@ -117,6 +141,16 @@ class DriverNode(Node):
             raise ValueError(f"parameter 'control_rate_hz': {error}") from None
         self.hardware = hardware
         self.simulated = hardware.simulated
+        # A real robot keeps time on the host's monotonic clock (hardware.now), which steps never;
+        # ROS stamps are on the system clock, as the cameras' and every other node's are. One offset,
+        # taken at start, turns one into the other (the twin's clock is /clock itself).
+        self.ros_time_offset = 0.0 if self.simulated else time.time() - time.monotonic()
+        self.actions = ControllerActions(self, self.driver, tolerances, GripperSettings(
+            *(self._param(f"gripper_action.{name}") for name in (
+                "goal_tolerance", "stall_velocity_threshold", "stall_timeout", "allow_stalling"))),
+            self._param("controller_state_rate_hz"), self.ros_time_offset)
+        # Each executing goal holds an executor thread; two more keep topics and services answered.
+        self.executor_threads = 2 + self.actions.executing_limit
         self.state_rate = self._param("state_rate_hz") or self.robot.state_rate_hz
         self.real_time_factor = self._param("real_time_factor")
         self._rtf = 0.0
@@ -138,7 +172,9 @@ class DriverNode(Node):
                            for c in self.camera_names} if self.publish_depth else {}
         for group in self.robot.group_names:
             self.create_subscription(Float64MultiArray, Topics.position_commands(group),
-                                     lambda msg, g=group: self._on_positions(g, msg), qos.COMMAND)
+                                     lambda msg, g=group: self._on_positions(g, msg, False), qos.COMMAND)
+            self.create_subscription(Float64MultiArray, Topics.streaming_commands(group),
+                                     lambda msg, g=group: self._on_positions(g, msg, True), qos.COMMAND)
             self.create_subscription(JointTrajectory, Topics.joint_trajectory(group),
                                      lambda msg, g=group: self._on_trajectory(g, msg), qos.COMMAND)
         for gripper in self.robot.grippers:
@@ -167,6 +203,21 @@ class DriverNode(Node):
         value = self.get_parameter(name).value
         return DEFAULTS[name] if value is None else value
 
+    def _tolerance_defaults(self) -> ToleranceDefaults:
+        """joint_trajectory_controller's constraints.* parameters (per joint: .trajectory, .goal)."""
+        per_joint = {}
+        for kind in ("trajectory", "goal"):
+            ranges = {f"constraints.{j}.{kind}": JOINT_TOLERANCE for j in self.robot.joint_names}
+            for name in ranges:
+                if not self.has_parameter(name):
+                    self.declare_parameter(name, 0.0)
+            check_ranges(self, ranges)
+            per_joint[kind] = {j: float(self.get_parameter(f"constraints.{j}.{kind}").value)
+                               for j in self.robot.joint_names}
+        return ToleranceDefaults(per_joint["trajectory"], per_joint["goal"],
+                                 float(self._param("constraints.goal_time")),
+                                 float(self._param("constraints.stopped_velocity_tolerance")))
+
     def _camera_names(self) -> tuple[str, ...]:
         twin = self.hardware.twin
         wanted = [c for c in self._param("cameras") if c]
@@ -183,9 +234,10 @@ class DriverNode(Node):
         self.get_logger().error(f"rejected: {error}")
         self._publish_diagnostics()
 
-    def _on_positions(self, group: str, msg: Float64MultiArray) -> None:
+    def _on_positions(self, group: str, msg: Float64MultiArray, streaming: bool) -> None:
+        what = Topics.streaming_commands(group) if streaming else Topics.position_commands(group)
         try:
-            self.driver.command_positions(group, convert.float_array(msg), what=Topics.position_commands(group))
+            self.driver.command_positions(group, convert.float_array(msg), what=what, streaming=streaming)
         except CommandError as error:
             self._report(error)
 
@@ -194,6 +246,7 @@ class DriverNode(Node):
         try:
             self.driver.accepting(what)  # a refusal says why before the message is looked at
             names, stamp, times, pos, vel, acc = convert.trajectory_arrays(msg)
+            stamp = stamp - self.ros_time_offset if stamp > 0 else 0.0  # onto the robot's clock
             self.driver.command_trajectory(group, names, stamp, times, pos, vel, acc, what=what)
         except CommandError as error:
             self._report(error)
@@ -264,7 +317,8 @@ class DriverNode(Node):
                     continue
                 if self.simulated:
                     self.pub_clock.publish(convert.clock_msg(now))
-                self.pub_joints.publish(convert.joint_state_msg(sample))
+                self.pub_joints.publish(convert.joint_state_msg(sample, self.ros_time_offset))
+                self.actions.update(now, sample)
                 if poses:
                     self.pub_objects.publish(convert.pose_array_msg(poses, now, WORLD))
                 wall = time.monotonic()
@@ -320,12 +374,13 @@ class DriverNode(Node):
         status = convert.diagnostic_status(f"r2s2r/driver/{self.robot.name}", self.backend, LEVELS[snap.level],
                                            snap.message, snap.values)
         try:
-            self.pub_diag.publish(convert.diagnostic_array([status], snap.time))
+            self.pub_diag.publish(convert.diagnostic_array([status], snap.time + self.ros_time_offset))
         except Exception:  # the context went away between the check and the publish
             if self.context.ok():
                 raise
 
     def close(self) -> None:
+        self.actions.close()
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)

@@ -84,7 +84,7 @@ class PolicyNode(Node):
         for camera in metadata.observation.cameras:
             self.create_subscription(Image, Topics.camera_image(camera),
                                      lambda msg, c=camera: self._on_image(c, msg), qos.SENSOR)
-        self.pub_groups = {g: self.create_publisher(Float64MultiArray, Topics.position_commands(g), qos.COMMAND)
+        self.pub_groups = {g: self.create_publisher(Float64MultiArray, Topics.streaming_commands(g), qos.COMMAND)
                            for g in metadata.action.joints}
         self.pub_grippers = {g: self.create_publisher(Float64MultiArray, Topics.gripper_commands(g), qos.COMMAND)
                              for g in metadata.action.grippers}

@@ -91,7 +91,7 @@ def run(make_node: Callable[[], Node], args=None) -> int:
     try:
         node = make_node()
         read_only_parameters(node)
-        executor = MultiThreadedExecutor(num_threads=2)
+        executor = MultiThreadedExecutor(num_threads=getattr(node, "executor_threads", 2))
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
