@@ -57,6 +57,7 @@ def _moveit(context):
              parameters=[description, sim_time]),
         Node(package="moveit_ros_move_group", executable="move_group", output="screen", parameters=[move_group]),
         Node(package="rviz2", executable="rviz2", output="screen", condition=IfCondition(LaunchConfiguration("rviz")),
+             arguments=["-d", os.path.join(get_package_share_directory("r2s2r"), "config", "rviz", "r2s2r.rviz")],
              parameters=[description, semantic, sim_time]),
     ]
     return nodes

@@ -194,16 +194,15 @@ def run_action_sequence(client, robot, seen: dict) -> None:
         idx = [names.index(j) for j in group.joints]
         target = np.clip(home[idx] + 0.1, limits.lower[idx] + 0.01, limits.upper[idx] - 0.01)
         order = list(reversed(range(len(idx))))
+        # Out to the target and back home, the names in reverse; the feedback (in the group's joint
+        # order) passes the target on the way.
         seen[f"follow {group.name}"] = goal_step(
-            lambda g=group, t=target, o=order: client.follow_trajectory(g.name, [g.joints[i] for i in o], [0.5],
-                                                                        [t[o]]),
-            lambda goal, status, result, g=group, t=target: (
-                status == SUCCEEDED and result.error_code == 0 and len(goal.feedback) >= 5
-                and client.wait_until_at(g.joints, t, TOLERANCE, 20)))
-        seen[f"follow {group.name} home"] = goal_step(
-            lambda g=group, i=idx: client.follow_trajectory(g.name, g.joints, [0.5], [home[i]]),
-            lambda goal, status, result, g=group, i=idx: (
-                status == SUCCEEDED and client.wait_until_at(g.joints, home[i], TOLERANCE, 20)))
+            lambda g=group, t=target, o=order, i=idx: client.follow_trajectory(
+                g.name, [g.joints[k] for k in o], [0.5, 1.0], [t[o], home[i][o]]),
+            lambda goal, status, result, g=group, t=target, i=idx: (
+                status == SUCCEEDED and result.error_code == 0
+                and min(np.abs(np.array(f.desired.positions) - t).max() for f in goal.feedback) < 0.02
+                and client.wait_until_at(g.joints, home[i], TOLERANCE, 20)))
 
     group = robot.groups[0]
     idx = [names.index(j) for j in group.joints]

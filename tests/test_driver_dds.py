@@ -4,14 +4,20 @@ then a client commands it as any ros2_control user would."""
 import math
 import time
 
+import mujoco
 import numpy as np
 import pytest
 from sensor_msgs.msg import CameraInfo, JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract import Topics, qos
+from r2s2r.contract.tf import TFMessage
 from r2s2r.robots import get_robot
+from r2s2r.robots.model import build_robot_spec
+from r2s2r.robots.transforms import Transform, link_poses
+from r2s2r.sim.scene import load_scene
+from tests.test_transforms import assert_same_poses, twin_poses
 
 FR3 = get_robot("franka_fr3")
 ARM = FR3.group("arm").joints
@@ -162,3 +168,38 @@ def test_a_forward_command_is_held_and_a_silent_stream_is_braked(twin):
             time.sleep(0.3)
             assert np.max(np.abs(client.positions(ARM) - stopped)) < 1e-3  # braked and holding
             assert 0.3 < stopped[0] - HOME[0] < 1.4
+
+
+def test_tf_and_the_robot_description_on_the_live_graph(twin):
+    """A twin's /tf_static (latched) and /tf compose into every link's pose as the twin's own
+    kinematics puts it at the joint_states published; its cameras and objects are frames too."""
+    client, _ = twin
+    go_home(client)
+    robot = FR3
+    scene = load_scene("config/scenes/franka_table.yaml")
+    static, moving, description = [], [], []
+    client.node.create_subscription(TFMessage, Topics.TF_STATIC, static.append, qos.TF_STATIC)
+    client.node.create_subscription(TFMessage, Topics.TF, moving.append, qos.TF)
+    client.node.create_subscription(String, Topics.ROBOT_DESCRIPTION, description.append, qos.LATCHED)
+    assert client.wait_for(lambda: static and len(moving) > 5 and description, 30), (len(static), len(moving))
+    assert description[0].data == open(robot.urdf_path).read()
+
+    def transform(t) -> Transform:
+        r, p = t.transform.rotation, t.transform.translation
+        return Transform(t.header.frame_id, t.child_frame_id, np.array([p.x, p.y, p.z]),
+                         np.array([r.x, r.y, r.z, r.w]))
+    frames = {t.child_frame_id: transform(t) for msg in static for t in msg.transforms}
+    cameras = {c.name for c in scene.all_cameras()}
+    assert cameras and all({f"{c}_link", f"{c}_optical_frame"} <= set(frames) for c in cameras), sorted(frames)
+    # The arm holds still at home: the newest /tf and joint_states describe the same pose.
+    latest = [transform(t) for t in moving[-1].transforms]
+    assert {o.name for o in scene.objects} <= {t.child for t in latest if t.parent == "world"}
+    assert client.wait_for(lambda: np.nanmax(np.abs(client.joints.velocity)) < 1e-3, 10)  # fingers too
+    count = len(moving)
+    assert client.wait_for(lambda: len(moving) > count, 10)
+    latest = [transform(t) for t in moving[-1].transforms]
+    joints = client.joints
+    ours = link_poses(list(frames.values()) + latest, "world")
+    model = build_robot_spec(robot).compile()
+    kinematics = twin_poses(robot, model, mujoco.MjData(model), dict(zip(joints.names, joints.position)))
+    assert_same_poses(ours, kinematics, [model.body(b).name for b in range(1, model.nbody)])

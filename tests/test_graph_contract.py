@@ -9,6 +9,7 @@ from r2s2r.contract.interface import driver_interface
 from r2s2r.robots import registry
 from r2s2r.sim.moveit import controllers as moveit_controllers
 from tests.graph import absolute, node_interface, qos_of
+from tests.test_foxglove_layout import layout_topics
 
 ROBOTS = sorted(registry())
 
@@ -36,6 +37,9 @@ def test_twin_graph_is_exactly_the_contract(robot_name, tmp_path, stack_process,
     # MoveIt's controllers, as `r2s2r robots moveit` writes them, are actions this driver serves.
     manager = moveit_controllers(robot)["moveit_simple_controller_manager"]
     assert {f"/{name}/{manager[name]['action_ns']}" for name in manager["controller_names"]} == set(actions)
+    # The shipped Foxglove layout's topics are this twin's, where it has a camera named scene.
+    if "scene" in [c.name for c in robot.cameras]:
+        assert layout_topics() <= set(pubs)
     # QoS as the contract sets it: reliable state and commands, best-effort images, latched estop.
     reliable = str(qos.STATE.reliability)
     assert qos_of(client.node, "/joint_states", publisher=True)[0][0] == reliable

@@ -27,6 +27,7 @@ MAY_IMPORT = {
     "nodes": ABOVE_DATA | {"real2sim", "skills", "data", "train"},
 }
 ROS = ("rclpy", "rosidl", "rosgraph_msgs", "sensor_msgs", "std_msgs", "std_srvs", "trajectory_msgs", "geometry_msgs",
+       "control_msgs", "tf2_msgs", "action_msgs",
        "diagnostic_msgs", "builtin_interfaces", "rcl_interfaces", "launch", "launch_ros")
 
 

@@ -60,9 +60,10 @@ def contacts_seen_independently(robot, samples: int = 400, seed: int = 12345) ->
 def test_the_srdf_names_the_robots_groups_joints_and_links(config):
     robot, out = config
     root = ET.parse(out / f"{robot.name}.srdf").getroot()
-    name, joints = moveit.urdf_tree(out / f"{robot.name}.urdf")
-    links = {j.parent for j in joints.values()} | {j.child for j in joints.values()}
-    assert root.get("name") == name
+    urdf = ET.parse(out / f"{robot.name}.urdf").getroot()
+    joints = {j.get("name"): (j.find("parent").get("link"), j.find("child").get("link")) for j in urdf.iter("joint")}
+    links = {link.get("name") for link in urdf.iter("link")}
+    assert root.get("name") == urdf.get("name")
     groups = {g.get("name"): [j.get("name") for j in g.findall("joint")] for g in root.findall("group")}
     assert groups == {**{g.name: list(g.joints) for g in robot.groups},
                       **{g.name: list(g.joints) for g in robot.grippers}}
@@ -81,9 +82,9 @@ def test_the_srdf_names_the_robots_groups_joints_and_links(config):
     # Every joint's two links that both have collision shapes are skipped as adjacent.
     shaped = {a for a, _, _ in pairs} | {b for _, b, _ in pairs}
     skipped = {tuple(sorted((a, b))): reason for a, b, reason in pairs}
-    for joint in joints.values():
-        if joint.parent in shaped and joint.child in shaped:
-            assert skipped.get(tuple(sorted((joint.parent, joint.child)))) == "Adjacent", joint
+    for name, (parent, child) in joints.items():
+        if parent in shaped and child in shaped:
+            assert skipped.get(tuple(sorted((parent, child)))) == "Adjacent", name
 
 
 def test_pairs_skipped_as_never_touching_are_not_seen_touching(config):

@@ -13,7 +13,9 @@ import pytest
 
 from r2s2r.data.episode import EpisodeError, EpisodeWriter, load_episode
 from r2s2r.robots import get_robot
+from r2s2r.data.mcap_io import topics
 from tests.ros_helpers import REPO
+from tests.test_foxglove_layout import layout_topics
 
 FR3 = get_robot("franka_fr3")
 
@@ -71,6 +73,11 @@ def test_record_over_dds_writes_a_bag_of_states_commands_and_cameras(stack_proce
     cam = episode.calibrated_camera("scene")
     assert cam.rgb and cam.rgb[0].shape == (cam.calibration.height, cam.calibration.width, 3)
     assert episode.diagnostics
+    # A viewer shows the robot from the bag alone: its description and transforms are in it, and
+    # every topic of the shipped Foxglove layout.
+    recorded = topics(out)
+    assert {"/tf", "/tf_static", "/robot_description"} <= set(recorded)
+    assert layout_topics() <= set(recorded)
     # Commands land on the states' clock: the arm moves within a second of the first command.
     # The recorder stamps each message as it arrives, and nothing orders a command's arrival
     # against the states of another process: on a loaded machine the first command reached the

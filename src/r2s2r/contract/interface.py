@@ -21,7 +21,9 @@ class Interface:
 def driver_interface(groups: Sequence[str], grippers: Sequence[str], simulated: bool,
                      cameras: Sequence[str] = ()) -> Interface:
     publishers = {Topics.JOINT_STATES: "sensor_msgs/msg/JointState",
-                  Topics.DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray"}
+                  Topics.DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray",
+                  Topics.TF: "tf2_msgs/msg/TFMessage", Topics.TF_STATIC: "tf2_msgs/msg/TFMessage",
+                  Topics.ROBOT_DESCRIPTION: "std_msgs/msg/String"}
     if simulated:  # the twin's own: time, privileged state, rendered cameras
         publishers[Topics.CLOCK] = "rosgraph_msgs/msg/Clock"
         publishers[Topics.OBJECT_POSES] = "geometry_msgs/msg/PoseArray"

@@ -17,6 +17,9 @@ class Topics:
     DIAGNOSTICS = "diagnostics"
     ESTOP = "estop"
     CLOCK = "/clock"  # ROS time is global, whatever the namespace
+    TF = "/tf"  # tf2's topics are global, whatever a node's namespace
+    TF_STATIC = "/tf_static"
+    ROBOT_DESCRIPTION = "robot_description"  # the URDF, latched, as robot_state_publisher offers it
     OBJECT_POSES = "twin/object_poses"
     CONTACTS = "twin/contacts"
 

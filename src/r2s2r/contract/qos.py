@@ -25,3 +25,9 @@ CLOCK = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Reliabi
 
 # Privileged twin state: reliable, small queue.
 TWIN = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5, reliability=ReliabilityPolicy.RELIABLE)
+
+# tf2's: /tf reliable, keep last 100; /tf_static reliable, transient local, keep last 1 (every
+# static transform in one message); robot_description as robot_state_publisher latches it.
+TF = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE)
+TF_STATIC = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                       durability=DurabilityPolicy.TRANSIENT_LOCAL)

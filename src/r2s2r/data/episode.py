@@ -447,10 +447,11 @@ def _calibration(info, name: str, sizes: Mapping[str, tuple[int, int]]) -> tuple
 
 def episode_topics(robot: RobotSpec, cameras: Iterable[str] = (), depth: bool = True) -> dict[str, str]:
     """Relative topic -> ROS type of everything an episode records for `robot`: the driver's
-    joint_states and diagnostics, every command topic, and each camera's images and camera_info."""
+    joint_states and diagnostics, /tf, /tf_static and robot_description (a viewer shows the robot
+    from the bag alone), every command topic, and each camera's images and camera_info."""
     from r2s2r.contract.interface import driver_interface
     iface = driver_interface(robot.group_names, [g.name for g in robot.grippers], simulated=False)
-    # The controllers' state is derived from what is recorded (joint_states and the commands).
+    # The controllers' state follows from what is recorded (joint_states and the commands).
     out = {topic: kind for topic, kind in iface.publishers.items() if not topic.endswith("/controller_state")}
     out |= iface.subscriptions  # every command topic, estop included
     for cam in cameras:

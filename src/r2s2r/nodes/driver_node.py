@@ -23,6 +23,8 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   publish_depth    also publish cameras/<name>/depth/image_raw (32FC1, metres)
   real_time_factor 1.0 paces the twin to the wall clock; 0 runs as fast as it can
   controller_state_rate_hz  rate of <group>_controller/controller_state (0 disables it)
+  tf_rate_hz       rate of the links' (and the twin's objects') transforms on /tf (0 disables
+                   them); /tf_static and robot_description are published once, latched
   constraints.goal_time, constraints.stopped_velocity_tolerance, constraints.<joint>.trajectory,
   constraints.<joint>.goal   joint_trajectory_controller's default tolerances for the
                    follow_joint_trajectory goals (a goal's own tolerances override them)
@@ -35,18 +37,21 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+
+import numpy as np
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseArray
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Bool, Float64MultiArray
+from std_msgs.msg import Bool, Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from r2s2r.contract import CommandError, Services, Topics
-from r2s2r.contract import convert, qos
+from r2s2r.contract import convert, qos, tf
 from r2s2r.contract.frames import WORLD, camera_optical_frame
 from r2s2r.hardware.backends import backend_names, load_backend
 from r2s2r.hardware.driver import ERROR, OK, WARN, Driver
@@ -56,6 +61,7 @@ from r2s2r.hardware.sim import SimHardware
 from r2s2r.nodes.actions import ControllerActions
 from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.robots import get_robot
+from r2s2r.robots.transforms import Transform, fixed_transforms, mount_transform, moving_transforms
 from r2s2r.sim.collision import DEFAULT_MARGIN_M
 from r2s2r.sim.scene import Scene, load_scene
 
@@ -65,7 +71,7 @@ DEFAULTS = {
     "robot": "", "backend": "sim", "scene": "", "seed": 0, "control_rate_hz": 0.0, "state_rate_hz": 0.0,
     "camera_rate_hz": 30.0, "cameras": [""], "publish_depth": False, "real_time_factor": 1.0,
     "watchdog_s": 0.5, "velocity_scale": 1.0, "collision_margin_m": DEFAULT_MARGIN_M,
-    "controller_state_rate_hz": 50.0,
+    "controller_state_rate_hz": 50.0, "tf_rate_hz": 50.0,
     "constraints.goal_time": ToleranceDefaults.goal_time,
     "constraints.stopped_velocity_tolerance": ToleranceDefaults.stopped_velocity,
     "gripper_action.goal_tolerance": GripperSettings.goal_tolerance,
@@ -86,6 +92,7 @@ RANGES = {
     "velocity_scale": (0.0, 1.0, "a share of the datasheet velocities in (0, 1]"),
     "seed": (0, 2**32 - 1, "an integer from 0 to 2^32 - 1"),
     "controller_state_rate_hz": (0.1, 10000.0, "0 (no controller_state) or a rate from 0.1 Hz to 10 kHz"),
+    "tf_rate_hz": (0.1, 10000.0, "0 (no /tf) or a rate from 0.1 Hz to 10 kHz"),
     "constraints.goal_time": (0.0, 3600.0, "0 (wait as long as it takes) or a time in seconds up to 3600"),
     "constraints.stopped_velocity_tolerance": (0.0, 100.0, "0 (not checked) or a speed in rad/s"),
     "gripper_action.goal_tolerance": (0.0, 1.0, "a distance in metres up to 1"),
@@ -93,7 +100,7 @@ RANGES = {
     "gripper_action.stall_timeout": (0.0, 3600.0, "a time in seconds up to 3600"),
 }
 POSITIVE = ("watchdog_s", "velocity_scale", "gripper_action.goal_tolerance", "gripper_action.stall_timeout")
-RATES = ("control_rate_hz", "state_rate_hz", "camera_rate_hz", "controller_state_rate_hz")
+RATES = ("control_rate_hz", "state_rate_hz", "camera_rate_hz", "controller_state_rate_hz", "tf_rate_hz")
 JOINT_TOLERANCE = (0.0, 100.0, "0 (not checked) or a tolerance in rad (m for a prismatic joint)")
 
 
@@ -158,9 +165,15 @@ class DriverNode(Node):
 
         self.pub_joints = self.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
         self.pub_diag = self.create_publisher(DiagnosticArray, Topics.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.pub_tf = self.create_publisher(tf.TFMessage, Topics.TF, qos.TF)
+        self.pub_tf_static = self.create_publisher(tf.TFMessage, Topics.TF_STATIC, qos.TF_STATIC)
+        self.pub_description = self.create_publisher(String, Topics.ROBOT_DESCRIPTION, qos.LATCHED)
+        self.tf_period = 1.0 / self._param("tf_rate_hz") if self._param("tf_rate_hz") > 0 else float("inf")
+        self._next_tf = float("-inf")
         self.driver.start()
         if self.driver.link_fault:
             self._publish_diagnostics()
+        self._publish_description()
         self.camera_names = self._camera_names() if self.simulated else ()
         if self.simulated:
             self.pub_clock = self.create_publisher(Clock, Topics.CLOCK, qos.CLOCK)
@@ -319,6 +332,9 @@ class DriverNode(Node):
                     self.pub_clock.publish(convert.clock_msg(now))
                 self.pub_joints.publish(convert.joint_state_msg(sample, self.ros_time_offset))
                 self.actions.update(now, sample)
+                if self.tf_period < float("inf") and (now >= self._next_tf or now + self.tf_period < self._next_tf):
+                    self._next_tf = now + self.tf_period
+                    self._publish_tf(now, sample)
                 if poses:
                     self.pub_objects.publish(convert.pose_array_msg(poses, now, WORLD))
                 wall = time.monotonic()
@@ -343,6 +359,26 @@ class DriverNode(Node):
         finally:
             if self._renderer is not None:
                 self._renderer.close()
+
+    def _publish_description(self) -> None:
+        """robot_description (the URDF) and /tf_static (the URDF's fixed joints, the robot's mount
+        in the world, and the twin's cameras), latched, as robot_state_publisher publishes them."""
+        self.pub_description.publish(convert.string_msg(Path(self.robot.urdf_path).read_text()))
+        static = fixed_transforms(self.robot) + [mount_transform(self.robot, WORLD)]
+        if self.simulated:
+            static += camera_transforms(self.hardware.twin)
+        stamp = (self.hardware.now if self.simulated else time.monotonic()) + self.ros_time_offset
+        self.pub_tf_static.publish(tf.tf_message(static, stamp if np.isfinite(stamp) else 0.0))
+
+    def _publish_tf(self, now: float, sample) -> None:
+        """The moving joints' transforms at `sample`, and the twin's objects in the world."""
+        moving = moving_transforms(self.robot, dict(zip(sample.names, sample.position)))
+        if self.simulated:
+            with self.driver.lock:
+                poses = self.hardware.twin.object_poses()
+            moving += [Transform(WORLD, name, pos, np.array([q[1], q[2], q[3], q[0]]))
+                       for name, (pos, q) in poses.items()]
+        self.pub_tf.publish(tf.tf_message(moving, now + self.ros_time_offset))
 
     def _publish_images(self, now: float, images) -> None:
         """Frames of the twin's state at `now` (its sim time: the capture time)."""
@@ -388,6 +424,34 @@ class DriverNode(Node):
             self.driver.shutdown()
         except Exception as exc:
             self.get_logger().warning(f"disconnect: {exc}")
+
+
+# A camera's body frame (x forward, y left, z up) from its optical frame (z forward, x right, y down).
+OPTICAL_TO_LINK = np.array([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+
+
+def camera_transforms(twin) -> list[Transform]:
+    """Each of the twin's cameras as <camera>_link on the body it is fixed to (the world for a
+    cell camera), and <camera>_optical_frame on it, where the twin renders from now."""
+    from scipy.spatial.transform import Rotation
+
+    from r2s2r.camera.geometry import MUJOCO_TO_OPTICAL
+    from r2s2r.contract.frames import camera_frame
+    m, d = twin.model, twin.data
+    out = []
+    for i in range(m.ncam):
+        name = m.camera(i).name
+        body = int(m.cam_bodyid[i])
+        optical = d.cam_xmat[i].reshape(3, 3) @ MUJOCO_TO_OPTICAL  # in the world
+        link = optical @ OPTICAL_TO_LINK
+        parent_rotation = d.xmat[body].reshape(3, 3)
+        position = parent_rotation.T @ (d.cam_xpos[i] - d.xpos[body])
+        parent = WORLD if body == 0 else m.body(body).name
+        out.append(Transform(parent, camera_frame(name), position,
+                             Rotation.from_matrix(parent_rotation.T @ link).as_quat()))
+        out.append(Transform(camera_frame(name), camera_optical_frame(name), np.zeros(3),
+                             Rotation.from_matrix(OPTICAL_TO_LINK.T).as_quat()))
+    return out
 
 
 def main(args=None) -> int:

@@ -1,7 +1,8 @@
 """recorder_node: one robot's episode into an MCAP ROS 2 bag (data.episode.EpisodeWriter).
 
 It subscribes to everything the robot's driver publishes and accepts (contract.interface:
-joint_states, diagnostics, every group's and gripper's command topics, estop) and each camera's
+joint_states, diagnostics, /tf, /tf_static, robot_description, every group's and gripper's
+command topics, estop) and each camera's
 image_raw, depth/image_raw and camera_info, and logs every message as it arrives, stamped
 with this node's clock (ROS time: the twin's /clock under use_sim_time).
 
@@ -42,8 +43,12 @@ RANGES = {"duration_s": (0.0, 30 * 86400.0, "0 (until stopped) or a positive tim
 def _qos_for(topic: str):
     if topic.startswith("cameras/"):
         return qos.SENSOR
-    if topic == Topics.ESTOP:
+    if topic in (Topics.ESTOP, Topics.ROBOT_DESCRIPTION):
         return qos.LATCHED
+    if topic == Topics.TF_STATIC:
+        return qos.TF_STATIC
+    if topic == Topics.TF:
+        return qos.TF
     if topic == Topics.DIAGNOSTICS:
         return qos.DIAGNOSTICS
     return qos.COMMAND if topic != Topics.JOINT_STATES else qos.STATE

@@ -153,14 +153,31 @@ class RobotSpec:
         return paths.derived_urdf(self.urdf, self.name, self.urdf_changes)
 
     @cached_property
+    def urdf_name(self) -> str:
+        """The URDF's robot name."""
+        return ET.parse(self.urdf_path).getroot().get("name")
+
+    @cached_property
     def urdf_joints(self) -> dict[str, dict]:
-        """Joint name -> {type, lower, upper, velocity, effort, mimic} parsed from the URDF."""
+        """Joint name -> {type, parent, child, xyz, rpy, axis, mimic, multiplier, offset, and, where
+        the URDF has a <limit>, lower, upper, velocity, effort} parsed from the URDF (URDF's
+        defaults where an element is left out)."""
         root = ET.parse(self.urdf_path).getroot()
         joints = {}
+
+        def vector(element, key, default):
+            return tuple(float(v) for v in element.get(key, default).split()) if element is not None else \
+                tuple(float(v) for v in default.split())
         for joint in root.iter("joint"):
             limit = joint.find("limit")
             mimic = joint.find("mimic")
-            entry = {"type": joint.get("type"), "mimic": mimic.get("joint") if mimic is not None else None}
+            origin = joint.find("origin")
+            entry = {"type": joint.get("type"), "parent": joint.find("parent").get("link"),
+                     "child": joint.find("child").get("link"), "xyz": vector(origin, "xyz", "0 0 0"),
+                     "rpy": vector(origin, "rpy", "0 0 0"), "axis": vector(joint.find("axis"), "xyz", "1 0 0"),
+                     "mimic": mimic.get("joint") if mimic is not None else None,
+                     "multiplier": float(mimic.get("multiplier", "1")) if mimic is not None else 1.0,
+                     "offset": float(mimic.get("offset", "0")) if mimic is not None else 0.0}
             if limit is not None:
                 for key in ("lower", "upper", "velocity", "effort"):
                     entry[key] = float(limit.get(key, "nan"))

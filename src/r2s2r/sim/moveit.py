@@ -9,7 +9,6 @@ runs move_group with it on a full ROS 2 install (docs/moveit.md).
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
@@ -37,31 +36,15 @@ PLANNERS = {
 }
 
 
-@dataclass(frozen=True)
-class UrdfJoint:
-    name: str
-    kind: str
-    parent: str
-    child: str
-
-
-def urdf_tree(urdf_path) -> tuple[str, dict[str, UrdfJoint]]:
-    """(the URDF's robot name, its joints by name)."""
-    root = ET.parse(urdf_path).getroot()
-    joints = {j.get("name"): UrdfJoint(j.get("name"), j.get("type"), j.find("parent").get("link"),
-                                       j.find("child").get("link")) for j in root.iter("joint")}
-    return root.get("name"), joints
-
-
-def _owning_group(robot: RobotSpec, joints: dict[str, UrdfJoint], link: str) -> str:
+def _owning_group(robot: RobotSpec, link: str) -> str:
     """The joint group whose motion carries `link` (walking up the URDF to a group's joint)."""
-    by_child = {j.child: j for j in joints.values()}
+    by_child = {j["child"]: name for name, j in robot.urdf_joints.items()}
     group_of = {name: g.name for g in robot.groups for name in g.joints}
     while link in by_child:
         joint = by_child[link]
-        if joint.name in group_of:
-            return group_of[joint.name]
-        link = joint.parent
+        if joint in group_of:
+            return group_of[joint]
+        link = robot.urdf_joints[joint]["parent"]
     raise ValueError(f"robot {robot.name}: no joint group moves link {link}")
 
 
@@ -111,8 +94,7 @@ def disabled_collisions(robot: RobotSpec, samples: int = COLLISION_SAMPLES, seed
     a joint), Default (in contact at home), Always (in contact in ALWAYS_SHARE of the sampled
     poses or more), Never (in contact in none of them); self_contacts says what contact is."""
     links, at_home, counts, samples = self_contacts(robot, samples, seed)
-    _, joints = urdf_tree(robot.urdf_path)
-    adjacent = {tuple(sorted((j.parent, j.child))) for j in joints.values()}
+    adjacent = {tuple(sorted((j["parent"], j["child"]))) for j in robot.urdf_joints.values()}
     reasons: dict[tuple, str] = {}
     for i, a in enumerate(links):
         for b in links[i + 1:]:
@@ -131,8 +113,7 @@ def disabled_collisions(robot: RobotSpec, samples: int = COLLISION_SAMPLES, seed
 def srdf(robot: RobotSpec, disabled: dict[tuple, str]) -> str:
     """The SRDF: a group per joint group and per gripper, home states, end effectors, the virtual
     joint to the world, and the disabled collision pairs."""
-    name, joints = urdf_tree(robot.urdf_path)
-    root = ET.Element("robot", name=name)
+    root = ET.Element("robot", name=robot.urdf_name)
     root.append(ET.Comment(f" written by `r2s2r robots moveit {robot.name}`; edit the RobotSpec, not this file "))
     for group in robot.groups:
         element = ET.SubElement(root, "group", name=group.name)
@@ -147,9 +128,9 @@ def srdf(robot: RobotSpec, disabled: dict[tuple, str]) -> str:
         for joint in group.joints:
             ET.SubElement(state, "joint", name=joint, value=f"{robot.home[joint]:.6g}")
     for gripper in robot.grippers:
-        hand = joints[gripper.joints[0]].parent
+        hand = robot.urdf_joints[gripper.joints[0]]["parent"]
         ET.SubElement(root, "end_effector", name=f"{gripper.name}_ee", parent_link=hand, group=gripper.name,
-                      parent_group=_owning_group(robot, joints, hand))
+                      parent_group=_owning_group(robot, hand))
     ET.SubElement(root, "virtual_joint", name="world_joint", type="fixed", parent_frame="world",
                   child_link=robot.base_link)
     for (a, b), reason in sorted(disabled.items()):
