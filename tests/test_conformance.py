@@ -145,7 +145,7 @@ def run_sequence(client, robot) -> dict:
             client, lambda g=group, t=target: client.send_positions(g.name, t),
             lambda g=group, t=target: client.wait_until_at(g.joints, t, TOLERANCE, 20))
         seen[f"trajectory {group.name}"] = attempt(
-            client, lambda g=group, i=idx: client.send_trajectory(g.name, g.joints, [1.5], [home[i]]),
+            client, lambda g=group, i=idx: client.send_trajectory(g.name, g.joints, [0.75], [home[i]]),
             lambda g=group, i=idx: client.wait_until_at(g.joints, home[i], TOLERANCE, 20))
     for gripper in robot.grippers:
         lo, hi = gripper.opening_range
