@@ -304,7 +304,7 @@ def drive(stack_process, ros_client, stack, robot, pythonpath=(), env=None, name
     qos = {topic: qos_of(client.node, topic, publisher=True) for topic in ("/joint_states", "/diagnostics")}
     for group in robot.groups:
         assert client.wait_for_subscriber(f"{group.name}_position_controller/commands", timeout=20)
-    # Action clients made now have discovered the servers' replies by the time the actions run.
+    # Every action server discovered before the sequence starts (on a loaded host discovery trails).
     assert client.prepare_actions(robot.group_names, [g.name for g in robot.grippers], timeout=20)
     seen = run_sequence(client, robot)
     assert proc.proc.poll() is None, proc.output

@@ -144,9 +144,8 @@ class RobotClient:
         return self._action_clients[name]
 
     def prepare_actions(self, groups: Sequence[str], grippers: Sequence[str], timeout: float = 10.0) -> bool:
-        """Make the action clients of `groups` and `grippers` and wait for their servers. A client
-        made long before its first goal has its replies' route discovered: one made just before
-        may send a goal whose acceptance is lost to DDS discovery on a loaded host."""
+        """Make the action clients of `groups` and `grippers` and wait until every server is
+        discovered, so that a sequence of goals starts with the whole robot's actions at hand."""
         from control_msgs.action import FollowJointTrajectory, GripperCommand
         clients = [self._action_client(FollowJointTrajectory, Topics.follow_joint_trajectory(g)) for g in groups]
         clients += [self._action_client(GripperCommand, Topics.gripper_action(g)) for g in grippers]
