@@ -45,8 +45,17 @@ class JointSample:
         object.__setattr__(self, "names", tuple(self.names))
 
     def positions_of(self, names) -> np.ndarray:
+        return self._of(self.position, names)
+
+    def velocities_of(self, names) -> np.ndarray:
+        return self._of(self.velocity, names)
+
+    def efforts_of(self, names) -> np.ndarray:
+        return self._of(self.effort, names)
+
+    def _of(self, values: np.ndarray, names) -> np.ndarray:
         index = {name: i for i, name in enumerate(self.names)}
-        return np.array([self.position[index[name]] for name in names])
+        return np.array([values[index[name]] for name in names])
 
 
 @dataclass(frozen=True)

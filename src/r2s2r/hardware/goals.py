@@ -223,7 +223,7 @@ class TrajectoryGoal(_Goal):
                 self._finish(self._replaced(what_replaced))
                 return
             desired = self._sampler.sample(now)
-            actual = (sample.positions_of(self.joints), _velocities_of(sample, self.joints))
+            actual = (sample.positions_of(self.joints), sample.velocities_of(self.joints))
             error = (desired[0] - actual[0], desired[1] - actual[1])
             self.feedback = Feedback(now, self.joints, desired, actual, error)
             self._changed.set()
@@ -278,11 +278,6 @@ class TrajectoryGoal(_Goal):
         """The driver cannot carry the goal on (the link is down): abort, saying why."""
         with self._lock:
             self._finish(Outcome(ABORTED, INVALID_GOAL, f"{self.source}: {why}"))
-
-
-def _velocities_of(sample: JointSample, joints) -> np.ndarray:
-    index = {name: i for i, name in enumerate(sample.names)}
-    return np.array([sample.velocity[index[j]] for j in joints])
 
 
 @dataclass(frozen=True)
@@ -361,9 +356,8 @@ class GripperGoal(_Goal):
 
     def measure(self, sample: JointSample) -> GripperState:
         """The opening (the sum of the finger joints) and effort in `sample`."""
-        index = {name: i for i, name in enumerate(sample.names)}
         return GripperState(float(sample.positions_of(self.fingers).sum()),
-                            float(np.nansum([sample.effort[index[j]] for j in self.fingers])))
+                            float(np.nansum(sample.efforts_of(self.fingers))))
 
     def cancel(self) -> Outcome:
         """Cancelled: the fingers stay where they are measured."""

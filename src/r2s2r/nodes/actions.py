@@ -203,8 +203,7 @@ class ControllerActions:
             joints = self.driver.robot.group(name).joints
             reference, reference_velocity, output, output_velocity = controller.reference(name, now)
             position = sample.positions_of(joints)
-            index = {j: i for i, j in enumerate(sample.names)}
-            velocity = [sample.velocity[index[j]] for j in joints]
+            velocity = sample.velocities_of(joints)
             msg = JointTrajectoryControllerState()
             msg.header.stamp = convert.to_time(now + self.ros_time_offset)
             msg.joint_names = list(joints)

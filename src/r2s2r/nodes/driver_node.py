@@ -367,7 +367,7 @@ class DriverNode(Node):
         static = fixed_transforms(self.robot) + [mount_transform(self.robot, WORLD)]
         if self.simulated:
             static += camera_transforms(self.hardware.twin)
-        stamp = (self.hardware.now if self.simulated else time.monotonic()) + self.ros_time_offset
+        stamp = self.hardware.now + self.ros_time_offset  # a real robot's now is the host's monotonic clock
         self.pub_tf_static.publish(tf.tf_message(static, stamp if np.isfinite(stamp) else 0.0))
 
     def _publish_tf(self, now: float, sample) -> None:
