@@ -53,8 +53,13 @@ def test_aloha_bus_killed_mid_motion(tmp_path, stack_process, ros_client):
         assert client.wait_for_subscriber(Topics.position_commands("left_arm"), timeout=20)
         start = client.positions(arm.joints)
         goal = start + np.array([0.6, 0.0, 0.0, 0.6, 0.0, 0.6])
-        client.send_positions("left_arm", goal)
-        assert client.wait_for(lambda: np.max(np.abs(client.positions(arm.joints) - start)) > 0.05, 10)
+
+        def moving_to(target, since):
+            # Sent again until the arm moves: a host starved past link_timeout_s bounces the bus,
+            # and a command that arrives while the link is down is dropped, never replayed.
+            client.send_positions("left_arm", target)
+            return np.max(np.abs(client.positions(arm.joints) - since)) > 0.05
+        assert client.wait_for(lambda: moving_to(goal, start), 30, poll=0.2), client.diagnostic_values()
         watch.armed.set()
         killed = time.monotonic()
         left.stop()  # mid-motion: the U2D2's port is gone
@@ -80,8 +85,9 @@ def test_aloha_bus_killed_mid_motion(tmp_path, stack_process, ros_client):
         values = client.diagnostic_values()
         # One loss, the kill (a host starved past link_timeout_s 50 ms may time the bus out once more).
         assert int(values["link_losses"]) >= 1 and values["link"] == "up"
-        client.send_positions("left_arm", goal)  # and it works again
-        assert client.wait_until_at(arm.joints, goal, TOLERANCE, 15)
+        # And it works again: back to the start, which the arm had left.
+        assert client.wait_for(lambda: moving_to(start, held), 30, poll=0.2), client.diagnostic_values()
+        assert client.wait_until_at(arm.joints, start, TOLERANCE, 15)
         assert proc.proc.poll() is None
     finally:
         left.stop()
