@@ -314,10 +314,10 @@ def hostile_session(loop: ControlLoop, peer: PeerLog, seed: int) -> HostileRecor
 
     write = hardware.write
 
-    def recording_write(command, grippers):
+    def recording_write(command, grippers, forces=None):
         record.written_times.append(hardware.now)
         record.written.append(np.array(command.position, float))
-        write(command, grippers)
+        write(command, grippers, forces)
     hardware.write = recording_write  # the instance's own attribute: gone with the instance
     next_round = [hardware.now]
 

@@ -251,8 +251,8 @@ def test_gripper_moves_squeezes_and_gets_each_goal_once(buses, backend):
     loop = active_loop(hw)
     gripper = left.servo(9)
 
-    def move(opening, seconds=2.0, until=None):
-        loop.controller.command_gripper("left_gripper", [opening], hw.now)
+    def move(opening, seconds=2.0, until=None, max_effort=0.0):
+        loop.controller.command_gripper("left_gripper", [opening], hw.now, max_effort)
         return stream(loop, seconds, arms_of(loop.last_sample), until=until)
 
     move(OPEN, until=lambda s: abs(fingers_of(s)[:2].sum() - OPEN) < 1e-4)
@@ -273,6 +273,15 @@ def test_gripper_moves_squeezes_and_gets_each_goal_once(buses, backend):
     held = CLOSED + (OPEN - CLOSED) * (0.2 + 0.6213) / 2.1123
     assert fingers_of(samples[-1])[:2].sum() == pytest.approx(held, abs=1e-4)
     assert gripper.hardware_error_status == 0 and "fault" not in hw.describe()
+    # A GripperCommand's max_effort of 4 N, 40 % of the gripper's 10 N, asks for 40 % of the Goal
+    # Current, and the servo squeezes with that ...
+    move(CLOSED, seconds=1.5, max_effort=4.0, until=lambda s: -82 <= gripper.present_current < -70)
+    assert gripper.read_item("goal_current") == 80 and -82 <= gripper.present_current < -70
+    assert hw.describe()["left_gripper_goal_current"] == 80
+    assert right.servo(9).read_item("goal_current") == 200  # the other gripper keeps its own
+    # ... until a command without one goes back to the configured current.
+    move(CLOSED, seconds=1.5, until=lambda s: gripper.present_current < -180)
+    assert gripper.read_item("goal_current") == 200 and gripper.present_current < -180
 
 
 def test_link_loss_on_stop_is_reported_within_100ms_and_restart_reconnects(buses, backend):

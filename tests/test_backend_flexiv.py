@@ -98,6 +98,14 @@ def test_gripper_moves_on_a_worker_thread_only_when_the_opening_changes(active, 
     assert velocity == pytest.approx(0.15) and force == pytest.approx(100.0)  # the spec's, within the params
     assert {m.thread for m in moves} == {"flexiv-gripper"} != {threading.current_thread().name}
     np.testing.assert_allclose(hw.read().position[7:], [0.015, 0.015], atol=1e-6)
+    # A GripperCommand's max_effort moves again with that force, clamped to the gripper's range
+    # (the stand-in's device reports 20 .. 235 N); a command without one goes back to the spec's.
+    for max_effort, force in ((60.0, 60.0), (5.0, 20.0), (0.0, 100.0)):
+        loop.controller.command_gripper("gripper", [0.03], hw.now, max_effort)
+        stream(loop, 1.0, until=lambda _, f=force: rdk.calls_of("Gripper.Move")[-1].args[2] == pytest.approx(f))
+        assert rdk.calls_of("Gripper.Move")[-1].args == pytest.approx((0.03, 0.15, force))
+        assert hw.describe()["gripper_force_n"] == pytest.approx(force)
+    assert len(rdk.calls_of("Gripper.Move")) == 5  # once per change, though every cycle writes it
 
 
 def test_a_hostile_stream_leaves_the_arm_at_rest_and_an_estop_stops_it(active, rdk):

@@ -130,6 +130,15 @@ def test_connect_stream_to_target_gripper_and_deactivate(shared_sim, backend):
                and not hardware.describe()["gripper_moving"])
         assert abs(width() - opening) < 1e-3, f"the Hand is at {width():.4f} m, not {opening} m"
     assert hardware.describe()["gripper_commands"] == 2
+    assert hardware.describe()["gripper_last_grasp_force_n"] == 20.0  # franka.gripper_force
+    # A GripperCommand's max_effort: grasp() at that force, through pylibfranka.
+    loop.controller.command_gripper("gripper", [0.01], hardware.now, 35.0)
+    stream(loop, 5.0, target, until=lambda _: hardware.describe()["gripper_commands"] == 3
+           and not hardware.describe()["gripper_moving"] and abs(width() - 0.01) < 2e-3)
+    facts = hardware.describe()
+    assert facts["gripper_commands"] == 3 and facts["gripper_last_grasp_force_n"] == 35.0
+    assert "gripper_fault" not in facts, facts["gripper_fault"]
+    assert abs(width() - 0.01) < 2e-3  # closed on nothing: within franky-sim's finger control
 
     hardware.on_deactivate()
     assert hardware.state is Lifecycle.INACTIVE

@@ -142,6 +142,17 @@ def test_grippers_move_on_the_bus_only_when_the_opening_changes(active, sdk):
     right, left = bus.motors[0], bus.motors[1]
     assert right.q == pytest.approx(right.low + 0.3 * (right.high - right.low))  # 0.03 of 0.1 m open
     assert left.q == pytest.approx(left.low + 0.8 * (left.high - left.low))
+    # A GripperCommand's max_effort of 20 N, 40 % of the gripper's 50 N: 40 % of Rainbow's goal
+    # current 5.0 on that motor, sent before the goal positions; the other keeps its own.
+    before = len(sdk.calls_of("bus.send_torque"))
+    loop.controller.command_gripper("right_gripper", [0.03], hw.now, 20.0)
+    stream(loop, 1.0, until=lambda _: len(sdk.calls_of("bus.send_position")) == 2)
+    stream(loop, 0.1)
+    torques = sdk.calls_of("bus.send_torque")[before:]
+    assert len(torques) == 1 and torques[0].args[0] == [(0, pytest.approx(2.0)), (1, pytest.approx(5.0))]
+    assert len(sdk.calls_of("bus.send_position")) == 2
+    assert sdk.calls.index(torques[0]) < sdk.calls.index(sdk.calls_of("bus.send_position")[-1])
+    assert hw.describe()["gripper_goal_currents"] == "2, 5"
 
 
 def test_a_hostile_stream_leaves_every_component_at_rest_and_an_estop_stops_it(active, sdk):

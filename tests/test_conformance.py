@@ -287,7 +287,8 @@ def run_action_sequence(client, robot, seen: dict) -> None:
         lo, hi = gripper.opening_range
         goal = lo + 0.7 * (hi - lo)
         seen[f"gripper_cmd {gripper.name}"] = goal_step(
-            lambda g=gripper, goal=goal: client.gripper_goal(g.name, goal),
+            # With a max_effort, as MoveIt sends one: half the gripper's force, each backend its way.
+            lambda g=gripper, goal=goal: client.gripper_goal(g.name, goal, max_effort=0.5 * g.max_force),
             lambda handle, status, result, goal=goal: (
                 status == SUCCEEDED and result.reached_goal and abs(result.position - goal) < 0.01))
 

@@ -69,7 +69,7 @@ class ScriptedArm(Hardware):
         position = np.concatenate([self.position, fingers])
         return JointSample(self.now, tuple(names), position, np.zeros(len(names)), np.zeros(len(names)))
 
-    def write(self, command, gripper_openings):
+    def write(self, command, gripper_openings, gripper_forces=None):
         self.position = np.array(command.position)
         self.writes += 1
 

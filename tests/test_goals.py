@@ -1,7 +1,7 @@
 """FollowJointTrajectory and GripperCommand goals without ROS (hardware.goals), on the driver core
 stepping the twin: the tolerance rules, each result code and why, feedback, preemption by a goal
 and by a topic command, cancel and estop, a start in the future, a subset of the joints, and the
-gripper reaching its goal or stalling."""
+gripper reaching its goal or stalling, and max_effort bounding its grip."""
 
 from __future__ import annotations
 
@@ -202,3 +202,38 @@ def test_the_gripper_reaches_its_goal_or_stalls(fresh):
     goal = GripperGoal(fresh, "gripper", "gripper_controller/gripper_cmd", GripperSettings())
     assert goal.start(hi + 1.0).status == ABORTED
     assert "outside the joint limits" in goal.outcome.error_string or "not in [" in goal.outcome.error_string
+
+
+def test_max_effort_bounds_the_grip_until_the_next_command(fresh):
+    spec = FR3.grippers[0]
+    lo, hi = spec.opening_range
+    model = fresh.hardware.twin.model
+    fingers = [model.joint(name).id for name in spec.joints]
+    stroke = model.jnt_range[fingers].copy()
+    model.jnt_range[fingers, 0] = 0.03  # something 60 mm wide between the fingers: they stop on it
+    try:
+        grip = {}
+        for max_effort in (5.0, 0.0):
+            goal = GripperGoal(fresh, "gripper", "gripper_controller/gripper_cmd",
+                               GripperSettings(stall_timeout=0.3, allow_stalling=True))
+            assert goal.start(lo, max_effort) is None
+            run(fresh, [goal], 5.0)
+            assert goal.outcome.status == SUCCEEDED and goal.state.stalled, goal.outcome
+            grip[max_effort] = goal.state.effort  # the fingers' measured effort (closing: negative)
+            assert grip[max_effort] == pytest.approx(fresh.loop.sample().efforts_of(spec.joints).mean(), abs=0.5)
+        # Held to 5 N, where the twin's own force squeezes the position servo's way, over 20 N.
+        assert grip[5.0] == pytest.approx(-5.0, abs=0.05)
+        assert grip[0.0] < -15.0
+    finally:
+        model.jnt_range[fingers] = stroke
+    # More than the gripper's max_force is held to it; a negative or NaN force is refused by name.
+    fresh.command_gripper("gripper", [hi], max_effort=10 * spec.max_force)
+    assert fresh.loop.controller.gripper_force_limits()[0] == spec.max_force
+    for bad in (-1.0, float("nan")):
+        goal = GripperGoal(fresh, "gripper", "gripper_controller/gripper_cmd", GripperSettings())
+        outcome = goal.start(lo, bad)
+        assert outcome.status == ABORTED and outcome.error_code == INVALID_GOAL
+        assert "max_effort" in outcome.error_string and "expected 0" in outcome.error_string
+    # A topic command goes back to the configured force.
+    fresh.command_gripper("gripper", [hi])
+    assert np.isnan(fresh.loop.controller.gripper_force_limits()[0])

@@ -60,7 +60,7 @@ class RecordingHardware(Hardware):
         zeros = np.zeros(len(names))
         return JointSample(self.t, names, np.concatenate([self.position, fingers]), zeros, zeros)
 
-    def write(self, command, gripper_openings):
+    def write(self, command, gripper_openings, gripper_forces=None):
         self.position = np.array(command.position)
         self.written.append(self.position)
         self.openings.append(np.array(gripper_openings, dtype=float))
@@ -340,9 +340,9 @@ def test_the_hostile_stream_reproduction_comes_to_rest_on_the_twin():
     written = []
     write = hw.write
 
-    def recording_write(command, grippers):
+    def recording_write(command, grippers, forces=None):
         written.append((hw.now, np.array(command.position)[arm]))
-        write(command, grippers)
+        write(command, grippers, forces)
     hw.write = recording_write
     rng = np.random.default_rng(3)
     for k in range(300):

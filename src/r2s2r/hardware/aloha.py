@@ -68,7 +68,7 @@ import numpy as np
 
 from r2s2r.config import ConfigError, Section
 from r2s2r.contract.types import JointCommand, JointSample
-from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost
+from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_force
 from r2s2r.robots import RobotSpec
 
 try:  # pyserial's POSIX backend reports a vanished pty or USB adapter from tcflush as termios.error
@@ -303,6 +303,7 @@ class _Arm:
         self.faults: dict[int, int] = {}  # id -> Hardware Error Status bits, seen in a state read
         self.rebooted: dict[int, int] = {}  # id -> the hardware error a reboot cleared while configuring
         self.gripper_sent: int | None = None  # the gripper goal last written, ticks
+        self.gripper_current: int | None = None  # the gripper's Goal Current last written, 2.69 mA units
         self.raw: dict[int, tuple[int, int, int]] = {}  # id -> (current, velocity, position) units
 
     @property
@@ -464,6 +465,7 @@ class _Arm:
                 self._check(self.packets.write4ByteTxRx(self.port, dxl_id, address, value), dxl_id, what)
         self._check(self.packets.write2ByteTxRx(self.port, gripper.id, ADDR_GOAL_CURRENT,
                                                 self.config.gripper_goal_current), gripper.id, "Goal Current")
+        self.gripper_current = self.config.gripper_goal_current
 
     def torque_on(self) -> None:
         with self.port_errors("turning the torque on"):
@@ -527,8 +529,15 @@ class _Arm:
         _, units, ticks = self.raw[self.ids[GRIPPER]]
         return (ticks - CENTER_TICKS) * RAD_PER_TICK, units * RAD_S_PER_VELOCITY_UNIT
 
-    def send_goals(self, joints: np.ndarray, gripper_angle: float | None) -> None:
-        """Goal Position for the arm (ARM_JOINTS order, rad) and, when given and changed, the gripper."""
+    def send_goals(self, joints: np.ndarray, gripper_angle: float | None, gripper_current: int | None = None) -> None:
+        """Goal Position for the arm (ARM_JOINTS order, rad) and, when given and changed, the
+        gripper's Goal Current (its grip) and Goal Position."""
+        if gripper_current is not None and gripper_current != self.gripper_current:
+            gripper = self.motors[GRIPPER].id
+            with self.port_errors("the gripper's Goal Current write"):
+                self._check(self.packets.write2ByteTxRx(self.port, gripper, ADDR_GOAL_CURRENT, gripper_current),
+                            gripper, "Goal Current")
+            self.gripper_current = gripper_current
         writer = self.goal_writer
         writer.clearParam()
         ticks = {joint: CENTER_TICKS + (q - offset) / RAD_PER_TICK
@@ -559,6 +568,8 @@ class _Arm:
             facts[f"{prefix}_firmware"] = ",".join(sorted({str(m.firmware) for m in self.motors.values()}))
             facts[f"{prefix}_shadows"] = ("written with their primaries: " + ", ".join(self.explicit_shadows)
                                           if self.explicit_shadows else "follow their primaries (Secondary ID)")
+        if self.gripper_current is not None:
+            facts[f"{prefix}_gripper_goal_current"] = self.gripper_current
         return facts
 
 
@@ -665,7 +676,8 @@ class AlohaHardware(Hardware):
             self._require_link("read()")
             return self._read_state()
 
-    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
+    def write(self, command: JointCommand, gripper_openings: np.ndarray,
+              gripper_forces: np.ndarray | None = None) -> None:
         with self._lock:
             self._require_link("write()")
             fault = self._fault()
@@ -677,17 +689,27 @@ class AlohaHardware(Hardware):
                 raise HardwareError(f"aloha: setpoints for {', '.join(command.names)}; expected "
                                     f"{', '.join(self.robot.joint_names)}")
             for arm in self._arms:
-                angle = None
+                angle = current = None
                 if len(gripper_openings):
-                    angle = self._opening_to_angle(arm.side, float(gripper_openings[self._gripper_slot[arm.side]]))
-                self._on_link(arm.send_goals, command.position[self._joint_index[arm.side]], angle)
+                    slot = self._gripper_slot[arm.side]
+                    angle = self._opening_to_angle(arm.side, float(gripper_openings[slot]))
+                    current = self._grip_current(arm.side, grip_force(gripper_forces, slot, math.inf))
+                self._on_link(arm.send_goals, command.position[self._joint_index[arm.side]], angle, current)
+
+    def _grip_current(self, side: str, force: float) -> int:
+        """The Goal Current for a grip of `force` N: a servo's torque follows its current, so the
+        configured Goal Current stands for the gripper's max_force and a smaller force for its
+        share of it (no calibrated finger force: an approximation, docs/hardware/aloha.md)."""
+        share = min(force / self._grippers[side].max_force, 1.0)
+        return max(1, round(self.config.gripper_goal_current * share))
 
     def describe(self) -> dict[str, Any]:
         with self._lock:
             facts = {**super().describe(), "baud": self.config.baud, "link_timeout_s": self.link_timeout_s,
                      "control": "arm: position control (3), Goal Position sync-written each cycle; gripper: "
                                 f"current-based position (5), Goal Current {self.config.gripper_goal_current} "
-                                f"({self.config.gripper_goal_current * AMPERE_PER_CURRENT_UNIT * 1000:.0f} mA)",
+                                f"({self.config.gripper_goal_current * AMPERE_PER_CURRENT_UNIT * 1000:.0f} mA) "
+                                "for the gripper's max_force, scaled down for a smaller max_effort",
                      "effort": "N m estimated from Present Current (stall torque / stall current)"}
             if not self._arms:
                 facts.update({f"{side}_port": getattr(self.config, f"{side}_port") for side in SIDES})

@@ -26,6 +26,14 @@ from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.robots import RobotSpec
 
 
+def grip_force(gripper_forces: np.ndarray | None, slot: int, default: float) -> float:
+    """The grip force (N) to close robot.grippers[slot] with: the commanded limit (write()'s
+    `gripper_forces`), or `default`, the backend's configured force, where none is set."""
+    if gripper_forces is None or slot >= len(gripper_forces) or not np.isfinite(gripper_forces[slot]):
+        return float(default)
+    return float(gripper_forces[slot])
+
+
 class Lifecycle(enum.Enum):
     UNCONFIGURED = "unconfigured"
     INACTIVE = "inactive"
@@ -93,8 +101,11 @@ class Hardware(abc.ABC):
         """The latest measured state: arm joints in `robot.joint_names` order, then finger joints."""
 
     @abc.abstractmethod
-    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
-        """Position setpoints for `robot.joint_names` and gripper openings (metres), already safe."""
+    def write(self, command: JointCommand, gripper_openings: np.ndarray,
+              gripper_forces: np.ndarray | None = None) -> None:
+        """Position setpoints for `robot.joint_names` and gripper openings (metres), already safe;
+        `gripper_forces` bounds each gripper's grip (N, at most its max_force), NaN or None for
+        the backend's configured force."""
 
     @abc.abstractmethod
     def reset(self) -> None:

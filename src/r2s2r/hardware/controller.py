@@ -84,6 +84,9 @@ class JointController:
         self.gripper_targets = {g.name: (g.opening_range[1] if g.home_opening is None else g.home_opening)
                                 for g in robot.grippers}
         self.gripper_sequence = {g.name: 0 for g in robot.grippers}  # as _Group.sequence, per gripper
+        # The grip force each gripper closes with (N), NaN for the backend's configured default:
+        # a GripperCommand's max_effort sets it, a topic command or a hold goes back to the default.
+        self.gripper_forces = {g.name: float("nan") for g in robot.grippers}
         self.stats = CommandStats()
         # The closest approach at the current setpoint: motion may not come closer than this.
         self.clearance = None
@@ -192,8 +195,11 @@ class JointController:
         out[:, given] = rows[:, order[given]]
         return out
 
-    def command_gripper(self, gripper: str, values, now: float = 0.0) -> None:
-        label = f"{gripper}_controller/commands"
+    def command_gripper(self, gripper: str, values, now: float = 0.0, max_effort: float = 0.0,
+                        label: str = "") -> None:
+        """An opening (m) for `gripper`, closed with at most `max_effort` N (0: the backend's
+        default force; more than the gripper's max_force is held to it)."""
+        label = label or f"{gripper}_controller/commands"
         try:
             self._check_open(label)
             if gripper not in self.grippers:
@@ -204,9 +210,14 @@ class JointController:
             check_finite(label, values)
             lo, hi = self.grippers[gripper].opening_range
             check_within(label, values, np.array([lo]), np.array([hi]), (gripper,), unit="m")
+            if not np.isfinite(max_effort) or max_effort < 0:
+                raise CommandError(f"{label}: max_effort {max_effort} is not a force; expected 0 (the "
+                                   f"gripper's default force) or up to {self.grippers[gripper].max_force:g} N")
             with self._lock:
                 self._check_fingers_clear(label, gripper, float(values[0]))
                 self.gripper_targets[gripper] = float(values[0])
+                self.gripper_forces[gripper] = (min(float(max_effort), self.grippers[gripper].max_force)
+                                                if max_effort > 0 else float("nan"))
                 self.gripper_sequence[gripper] += 1
                 self._measure_clearance()  # the fingers move: what the arm's motion is compared with
         except CommandError as error:
@@ -416,11 +427,17 @@ class JointController:
                 if np.isfinite(value):
                     lo, hi = self.grippers[name].opening_range
                     self.gripper_targets[name] = float(np.clip(value, lo, hi))
+                    self.gripper_forces[name] = float("nan")
             self._measure_clearance()
 
     def gripper_openings(self) -> np.ndarray:
         with self._lock:
             return np.array([self.gripper_targets[g] for g in self.grippers])
+
+    def gripper_force_limits(self) -> np.ndarray:
+        """Each gripper's grip force limit (N), NaN where the backend's default applies."""
+        with self._lock:
+            return np.array([self.gripper_forces[g] for g in self.grippers])
 
     def group_command(self, group: str) -> tuple[int, str]:
         """(sequence, what told the group last): a goal compares the sequence with its own."""

@@ -179,9 +179,10 @@ class Driver:
         loop = self.accepting(what or f"{group} positions")
         loop.controller.command_positions(group, values, self.hardware.now, streaming=streaming)
 
-    def command_gripper(self, gripper: str, values, what: str = "") -> None:
+    def command_gripper(self, gripper: str, values, what: str = "", max_effort: float = 0.0) -> None:
+        """An opening for `gripper`, closed with at most `max_effort` N (0: the backend's default)."""
         loop = self.accepting(what or f"{gripper} opening")
-        loop.controller.command_gripper(gripper, values, self.hardware.now)
+        loop.controller.command_gripper(gripper, values, self.hardware.now, max_effort, label=what)
 
     def command_trajectory(self, group: str, names, stamp: float, times, positions, velocities=None,
                            accelerations=None, what: str = "") -> TrajectorySampler:

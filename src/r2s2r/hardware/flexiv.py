@@ -31,7 +31,7 @@ from r2s2r.config import ConfigError, Section
 from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware._link import SilenceClock
 from r2s2r.hardware._worker import LatestWorker
-from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost
+from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_force
 from r2s2r.robots import RobotSpec
 
 RDK_PACKAGE = "flexivrdk"
@@ -83,7 +83,7 @@ class FlexivHardware(Hardware):
         self._last_stamp: tuple | None = None
         self._silence = SilenceClock(self.link_timeout_s, 0.0)
         self._sent_at = -math.inf
-        self._sent_opening = math.nan
+        self._sent_opening = self._sent_force = math.nan
         self._resume_after_reset = False  # streaming was on when the fault struck
         self._lost = False  # the link dropped: everything raises LinkLost until on_configure()
         self._last_error = ""  # the last request the robot refused, for diagnostics
@@ -145,7 +145,7 @@ class FlexivHardware(Hardware):
         self._silence.reset(time.monotonic())
         if self.gripper_name:
             self._enable_gripper(rdk, robot)
-        self._sent_at, self._sent_opening = -math.inf, math.nan
+        self._sent_at, self._sent_opening, self._sent_force = -math.inf, math.nan, math.nan
         self._resume_after_reset = self._lost = False
         self._last_error = ""
         self.state = Lifecycle.INACTIVE
@@ -162,15 +162,17 @@ class FlexivHardware(Hardware):
             raise HardwareError(f"flexiv: cannot enable gripper {self.gripper_name!r}: {exc}") from None
         params, spec = gripper.params(), self.robot.grippers[0]
         self._gripper_speed = float(np.clip(spec.max_speed, params.min_vel, params.max_vel))
-        self._gripper_force = float(np.clip(spec.max_force, params.min_force, params.max_force))
+        self._gripper_force_range = (float(params.min_force), float(params.max_force))
+        self._gripper_force = float(np.clip(spec.max_force, *self._gripper_force_range))
         low, high = spec.opening_range
         self._gripper_range = (max(low, params.min_width), min(high, params.max_width))
         self._gripper = gripper
         self._gripper_worker = LatestWorker("flexiv-gripper", self._move_gripper)
         self._facts["gripper"] = self.gripper_name
 
-    def _move_gripper(self, width: float) -> None:
-        self._gripper.Move(width, self._gripper_speed, self._gripper_force)
+    def _move_gripper(self, command: tuple[float, float]) -> None:
+        width, force = command
+        self._gripper.Move(width, self._gripper_speed, force)
 
     def on_activate(self) -> None:
         robot = self._session()
@@ -255,7 +257,8 @@ class FlexivHardware(Hardware):
             position, velocity, effort = (np.concatenate([v, missing]) for v in (position, velocity, effort))
         return JointSample(now, self._names, position, velocity, effort)
 
-    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
+    def write(self, command: JointCommand, gripper_openings: np.ndarray,
+              gripper_forces: np.ndarray | None = None) -> None:
         robot = self._session()
         now = self.now
         self._check_link(robot, tuple(robot.states().timestamp), now)
@@ -283,9 +286,12 @@ class FlexivHardware(Hardware):
             if error is not None:
                 self._last_error = f"gripper {self.gripper_name}: {error}"
             opening = float(np.clip(gripper_openings[0], *self._gripper_range))
-            if not abs(opening - self._sent_opening) <= GRIPPER_DEADBAND_M:  # also true for the first (NaN)
-                self._gripper_worker.submit(opening)
-                self._sent_opening = opening
+            # The gripper's own force range bounds a commanded force, as it bounds the default.
+            force = float(np.clip(grip_force(gripper_forces, 0, self._gripper_force), *self._gripper_force_range))
+            # Also true for the first (NaN); a new force alone moves again with it.
+            if not abs(opening - self._sent_opening) <= GRIPPER_DEADBAND_M or force != self._sent_force:
+                self._gripper_worker.submit((opening, force))
+                self._sent_opening, self._sent_force = opening, force
 
     # -- link and faults ---------------------------------------------------------------------------
     def _session(self):
@@ -336,6 +342,7 @@ class FlexivHardware(Hardware):
                 facts["fault_detail"] = self._fault_text(robot)
         if self._gripper_worker is not None:
             facts["gripper_moves"] = self._gripper_worker.calls
+            facts["gripper_force_n"] = self._sent_force
         if self._last_error:
             facts["last_error"] = self._last_error
         return facts

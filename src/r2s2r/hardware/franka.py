@@ -53,8 +53,9 @@ stages in the arm process turn one into the other:
    for diagnostics.
 
 The Hand moves when the commanded opening changes by more than a millimetre while active:
-opening with `move()`, closing with `grasp()` at `gripper_force`, which holds whatever is
-between the fingers. The opening the controller holds when the arm is activated moves nothing,
+opening with `move()`, closing with `grasp()`, which holds whatever is between the fingers at
+the commanded force (a GripperCommand's max_effort) or else at `gripper_force`; a new force
+alone grasps again. The opening the controller holds when the arm is activated moves nothing,
 so connecting never moves the fingers.
 
 Faults. A reflex (ControlException: collision, limit violation) ends the motion; read() then
@@ -85,7 +86,7 @@ import numpy as np
 
 from r2s2r.config import ConfigError, Section
 from r2s2r.contract.types import JointCommand, JointSample
-from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost
+from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_force
 from r2s2r.robots import RobotSpec
 
 SDK_PACKAGE = "pylibfranka"
@@ -379,8 +380,8 @@ A_SEQ, A_STAMP, A_PHASE, A_MODE, A_SUCCESS, A_LIMITED, A_EXTRAPOLATED, A_HELD, A
 A_Q, A_DQ, A_TAU, A_Q_D = 9, 16, 23, 30  # A_Q_D: the command the robot last took, as it reports it
 A_SIZE = 37
 # Gripper mailbox layout.
-G_STAMP, G_PHASE, G_WIDTH, G_MAX_WIDTH, G_GRASPED, G_BUSY, G_MOVES = range(7)
-G_SIZE = 7
+G_STAMP, G_PHASE, G_WIDTH, G_MAX_WIDTH, G_GRASPED, G_BUSY, G_MOVES, G_FORCE = range(8)
+G_SIZE = 8
 TEXT_SIZE = 1024
 
 
@@ -675,23 +676,26 @@ def _run_gripper(franka, config: FrankaSettings, box: _Mailbox, conn) -> None:
         publish(gripper.read_once())
         conn.send(("ready", {"gripper_server": gripper.server_version()}))
         while True:
-            opening = None
+            command = None
             if conn.poll(GRIPPER_POLL_S):
                 try:
                     while conn.poll():  # only the newest command counts
-                        opening = conn.recv()
+                        command = conn.recv()
                 except EOFError:
                     return
-                if opening is None:
+                if command is None:
                     return  # stop
-            if opening is not None:
+            if command is not None:
+                opening, force = command
                 with box.lock:
                     values[G_BUSY] = 1.0
                     width = values[G_WIDTH]
                 try:
                     if opening < width - GRIPPER_TOLERANCE:  # closing: grasp whatever is in between
-                        gripper.grasp(opening, config.gripper_speed, config.gripper_force,
-                                      GRASP_EPSILON_INNER, GRASP_EPSILON_OUTER)
+                        gripper.grasp(opening, config.gripper_speed, force, GRASP_EPSILON_INNER,
+                                      GRASP_EPSILON_OUTER)
+                        with box.lock:
+                            values[G_FORCE] = force
                     else:
                         gripper.move(opening, config.gripper_speed)
                 except franka.CommandException as exc:  # e.g. blocked fingers: reported, not fatal
@@ -828,6 +832,7 @@ class FrankaHardware(Hardware):
         self._arm: _Helper | None = None
         self._hand: _Helper | None = None
         self._gripper_sent: float | None = None
+        self._gripper_force_sent = float("nan")
         self._homed = False
         self._sdk_version = ""
 
@@ -893,7 +898,8 @@ class FrankaHardware(Hardware):
                            velocity=np.concatenate([values[A_DQ:A_DQ + 7], nan]),
                            effort=np.concatenate([values[A_TAU:A_TAU + 7], nan]))
 
-    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
+    def write(self, command: JointCommand, gripper_openings: np.ndarray,
+              gripper_forces: np.ndarray | None = None) -> None:
         self._arm_values()
         if self.state is not Lifecycle.ACTIVE:
             return  # inactive: the robot holds where it is
@@ -907,12 +913,14 @@ class FrankaHardware(Hardware):
             box.written = n + 1
         if self._use_gripper and len(gripper_openings):
             opening = float(np.clip(gripper_openings[0], *self._gripper_spec.opening_range))
+            force = grip_force(gripper_forces, 0, self.config.gripper_force)
             if self._gripper_sent is None:
-                self._gripper_sent = opening  # what the controller held at activation moves nothing
-            elif abs(opening - self._gripper_sent) > GRIPPER_TOLERANCE:
+                # What the controller held at activation moves nothing.
+                self._gripper_sent, self._gripper_force_sent = opening, force
+            elif abs(opening - self._gripper_sent) > GRIPPER_TOLERANCE or force != self._gripper_force_sent:
                 self._gripper_width()  # raises if the Hand's link is gone
-                self._hand.send(opening)
-                self._gripper_sent = opening
+                self._hand.send((opening, force))  # a new force alone grasps again with it
+                self._gripper_sent, self._gripper_force_sent = opening, force
 
     def commanded_position(self) -> np.ndarray:
         """The joint positions the robot reports it was last commanded (libfranka's q_d): what
@@ -959,6 +967,7 @@ class FrankaHardware(Hardware):
             facts.update(gripper_process=Phase.NAMES[int(g[G_PHASE])], gripper_width_m=round(float(g[G_WIDTH]), 5),
                          gripper_max_width_m=round(float(g[G_MAX_WIDTH]), 5), gripper_grasped=bool(g[G_GRASPED]),
                          gripper_moving=bool(g[G_BUSY]), gripper_commands=int(g[G_MOVES]),
+                         gripper_last_grasp_force_n=round(float(g[G_FORCE]), 2),
                          gripper_server=self._hand.facts.get("gripper_server"))
             text = self._hand.box.get_text()
             if text:

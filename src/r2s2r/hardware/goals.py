@@ -302,10 +302,10 @@ class GripperState:
 
 
 class GripperGoal(_Goal):
-    """One GripperCommand goal: the opening `position` (m) commanded through the driver, ended when
-    the measured opening is within the goal tolerance (succeeded, reached_goal) or the fingers
-    stall. `max_effort` is reported back, not applied: the backends close their grippers at
-    their own force (docs/ros.md)."""
+    """One GripperCommand goal: the opening `position` (m) commanded through the driver and closed
+    with at most `max_effort` N (0: the backend's configured force), ended when the measured
+    opening is within the goal tolerance (succeeded, reached_goal) or the fingers stall. How each
+    backend bounds the force is in docs/ros.md."""
 
     def __init__(self, driver: Driver, gripper: str, source: str, settings: GripperSettings):
         super().__init__(driver)
@@ -320,10 +320,10 @@ class GripperGoal(_Goal):
         self._sequence = -1
         self._anchor: tuple[float, float] | None = None  # (time, opening) of the last movement
 
-    def start(self, position: float) -> Outcome | None:
+    def start(self, position: float, max_effort: float = 0.0) -> Outcome | None:
         try:
             with self.driver.lock:
-                self.driver.command_gripper(self.gripper, [position], what=self.source)
+                self.driver.command_gripper(self.gripper, [position], what=self.source, max_effort=max_effort)
                 self._sequence = self.driver.loop.controller.gripper_sequence[self.gripper]
         except CommandError as error:
             self.rejection = str(error)
@@ -355,9 +355,12 @@ class GripperGoal(_Goal):
                 self._finish(Outcome(SUCCEEDED if s.allow_stalling else ABORTED))
 
     def measure(self, sample: JointSample) -> GripperState:
-        """The opening (the sum of the finger joints) and effort in `sample`."""
+        """The opening (the sum of the finger joints) and the grip in `sample`: the fingers' mean
+        effort (each finger pushes with the grip force), NaN where the backend measures none."""
+        efforts = sample.efforts_of(self.fingers)
+        efforts = efforts[np.isfinite(efforts)]
         return GripperState(float(sample.positions_of(self.fingers).sum()),
-                            float(np.nansum(sample.efforts_of(self.fingers))))
+                            float(efforts.mean()) if efforts.size else float("nan"))
 
     def cancel(self) -> Outcome:
         """Cancelled: the fingers stay where they are measured."""

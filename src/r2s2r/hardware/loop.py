@@ -84,7 +84,7 @@ class ControlLoop:
         if self.safety.intervened:
             self.controller.follow(self.safety)
         self.hardware.write(JointCommand(self.robot.joint_names, setpoints, stamp=now),
-                            self.controller.gripper_openings())
+                            self.controller.gripper_openings(), self.controller.gripper_force_limits())
         if self.simulated:
             self.hardware.advance(self.steps_per_cycle)
         self.cycles += 1
@@ -123,7 +123,8 @@ class ControlLoop:
                 self.cycle()
             return
         safety.add_counts(counts)
-        self.hardware.advance_through(setpoints, self.controller.gripper_openings(), self.steps_per_cycle)
+        self.hardware.advance_through(setpoints, self.controller.gripper_openings(), self.steps_per_cycle,
+                                      self.controller.gripper_force_limits())
         self.cycles += n
 
     def _span_clear(self, setpoints: np.ndarray) -> bool:

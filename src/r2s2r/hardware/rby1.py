@@ -42,7 +42,7 @@ from r2s2r.config import ConfigError, Section
 from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware._link import SilenceClock
 from r2s2r.hardware._worker import LatestWorker
-from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost
+from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_force
 from r2s2r.robots import RobotSpec
 
 SDK_PACKAGE = "rby1-sdk"
@@ -290,7 +290,8 @@ class Rby1Hardware(Hardware):
         return JointSample(self.now, self._names, np.concatenate([position, finger_positions]),
                            np.concatenate([velocity, unknown]), np.concatenate([torque, unknown]))
 
-    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
+    def write(self, command: JointCommand, gripper_openings: np.ndarray,
+              gripper_forces: np.ndarray | None = None) -> None:
         self._fresh_state()
         if self.state is not Lifecycle.ACTIVE:
             return  # not streaming (inactive, or in fault until ~/reset): the robot holds
@@ -305,7 +306,7 @@ class Rby1Hardware(Hardware):
             self._sender.submit(self._command(self._setpoint, HOLD_TIME_S))
             self._sent_at = now
         if self._grippers is not None:
-            self._grippers.command(gripper_openings)
+            self._grippers.command(gripper_openings, gripper_forces)
 
     def _command(self, position: np.ndarray, hold_time_s: float):
         sdk = self._sdk
@@ -401,6 +402,8 @@ class _Grippers:
         self._low = self._high = None  # encoder stroke ends per motor, found by homing (rad)
         self._encoders = np.full(len(self.ids), np.nan)
         self._sent = np.full(len(self.ids), np.nan)
+        self._torques = np.full(len(self.ids), HOLD_TORQUE)  # last submitted goal currents (grip)
+        self._torques_written = self._torques.copy()  # on the bus: the worker's own copy
         self._lock = threading.Lock()
         self.read_failures = 0
         self.last_error = ""
@@ -426,6 +429,7 @@ class _Grippers:
         self._mode(sdk.DynamixelBus.CurrentBasedPositionControlMode)
         bus.group_sync_write_send_torque([(i, HOLD_TORQUE) for i in self.ids])
         self._sent[:] = np.nan
+        self._torques[:] = self._torques_written[:] = HOLD_TORQUE
         self._worker = LatestWorker("rby1-gripper", self._send, idle=self._poll, idle_period_s=GRIPPER_POLL_S)
 
     def _mode(self, mode: int) -> None:
@@ -469,27 +473,37 @@ class _Grippers:
             else:
                 self._encoders = q
 
-    def _send(self, goals: np.ndarray) -> None:
+    def _send(self, command: tuple[np.ndarray, np.ndarray]) -> None:
+        goals, torques = command
+        if not np.array_equal(torques, self._torques_written):
+            self._bus.group_sync_write_send_torque([(i, float(t)) for i, t in zip(self.ids, torques)])
+            self._torques_written = torques
         self._bus.group_sync_write_send_position([(i, float(q)) for i, q in zip(self.ids, goals)])
 
     def _open_fraction(self, encoders: np.ndarray) -> np.ndarray:
         fraction = (encoders - self._low) / (self._high - self._low)
         return 1.0 - fraction if self.reversed else fraction
 
-    def command(self, openings: np.ndarray) -> None:
+    def command(self, openings: np.ndarray, forces: np.ndarray | None) -> None:
+        """Goal positions for `openings` (m), gripping with `forces` (N, NaN for the default): in
+        current-based position mode the goal current bounds the grip, HOLD_TORQUE standing for
+        each gripper's max_force and a smaller force for its share of it (uncalibrated)."""
         if self._worker is None:
             return
         error = self._worker.take_error()
         if error is not None:
             self.last_error = f"gripper bus {self.device}: {error}"
         openings = np.asarray(openings, float)
-        if np.all(np.abs(openings - self._sent) <= GRIPPER_DEADBAND_M):
+        torques = np.array([HOLD_TORQUE * min(grip_force(forces, slot, spec.max_force) / spec.max_force, 1.0)
+                            for slot, spec in enumerate(self.specs)])
+        if np.all(np.abs(openings - self._sent) <= GRIPPER_DEADBAND_M) and np.array_equal(torques, self._torques):
             return
+        self._torques = torques
         ranges = np.array([g.opening_range for g in self.specs])
         fraction = np.clip((openings - ranges[:, 0]) / (ranges[:, 1] - ranges[:, 0]), 0.0, 1.0)
         if self.reversed:
             fraction = 1.0 - fraction
-        self._worker.submit(self._low + fraction * (self._high - self._low))
+        self._worker.submit((self._low + fraction * (self._high - self._low), torques))
         self._sent = openings.copy()
 
     def finger_positions(self) -> np.ndarray:
@@ -510,7 +524,8 @@ class _Grippers:
 
     def describe(self) -> dict[str, Any]:
         facts = {"gripper_device": self.device, "gripper_homed": self._low is not None,
-                 "gripper_read_failures": self.read_failures}
+                 "gripper_read_failures": self.read_failures,
+                 "gripper_goal_currents": ", ".join(f"{t:g}" for t in self._torques)}
         if self.last_error:
             facts["gripper_error"] = self.last_error
         return facts

@@ -50,20 +50,24 @@ class SimHardware(Hardware):
     def read(self) -> JointSample:
         return self.twin.joint_sample()
 
-    def write(self, command: JointCommand, gripper_openings) -> None:
+    def write(self, command: JointCommand, gripper_openings, gripper_forces=None) -> None:
         self.twin.set_arm_targets(command.position)
-        if len(gripper_openings):
-            self.twin.set_gripper_openings(np.asarray(gripper_openings, float))
+        self._grippers(gripper_openings, gripper_forces)
+
+    def _grippers(self, openings, forces) -> None:
+        if len(openings):
+            self.twin.set_gripper_openings(np.asarray(openings, float))
+            self.twin.set_gripper_forces(forces)
 
     def advance(self, steps: int = 1) -> None:
         """Step the physics; only the twin has a clock we drive."""
         self.twin.step(steps)
 
-    def advance_through(self, setpoints: np.ndarray, gripper_openings, steps_per_row: int) -> None:
+    def advance_through(self, setpoints: np.ndarray, gripper_openings, steps_per_row: int,
+                        gripper_forces=None) -> None:
         """Write each row of `setpoints` in turn and step the physics `steps_per_row` times after each
         (what write() + advance() once per control cycle do, for many cycles at once)."""
-        if len(gripper_openings):
-            self.twin.set_gripper_openings(np.asarray(gripper_openings, float))
+        self._grippers(gripper_openings, gripper_forces)
         self.twin.step_through(setpoints, steps_per_row)
 
     @property

@@ -271,7 +271,9 @@ class XArmHardware(Hardware):
                            np.concatenate([arm[0], finger]), np.concatenate([arm[1], unknown]),
                            np.concatenate([arm[2], unknown]))
 
-    def write(self, command: JointCommand, gripper_openings: np.ndarray) -> None:
+    def write(self, command: JointCommand, gripper_openings: np.ndarray,
+              gripper_forces: np.ndarray | None = None) -> None:
+        """`gripper_forces` cannot be followed: the xArm Gripper takes a position and a speed only."""
         self._check_link("write()")
         self._check_servo_stream()
         if self._fault:
@@ -313,7 +315,8 @@ class XArmHardware(Hardware):
             facts["servo_j_sent"] = servo.calls
         if self._use_gripper:
             facts.update(gripper_opening_m=round(self._pulses_to_opening(self._gripper_pulses), 5),
-                         gripper_port=self._gripper_port, gripper_fault=self._gripper_fault)
+                         gripper_port=self._gripper_port, gripper_fault=self._gripper_fault,
+                         gripper_force="its own (the xArm Gripper has no force setting: max_effort is not applied)")
         else:
             facts["gripper"] = "not used (xarm.gripper: false)" if self._gripper else "none"
         return facts

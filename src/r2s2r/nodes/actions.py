@@ -116,7 +116,7 @@ class ControllerActions:
 
     def _accept_gripper(self, gripper: str, action: str, goal_handle) -> None:
         goal = GripperGoal(self.driver, gripper, action, self.gripper_settings)
-        goal.start(goal_handle.request.command.position)
+        goal.start(goal_handle.request.command.position, goal_handle.request.command.max_effort)
         self._take(gripper, goal, goal_handle)
 
     def _take(self, name: str, goal, goal_handle) -> None:

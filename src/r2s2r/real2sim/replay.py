@@ -64,7 +64,7 @@ class _SetpointRecorder(Hardware):
     def command_limits(self, limits):
         return twin_command_limits(self.robot, self._model, limits)
 
-    def write(self, command: JointCommand, gripper_openings) -> None:
+    def write(self, command: JointCommand, gripper_openings, gripper_forces=None) -> None:
         self._current = (np.array(command.position), np.array(gripper_openings, float))
 
     def advance(self, steps: int = 1) -> None:

@@ -149,6 +149,10 @@ class Twin:
         self._arm_qpos = np.array([m.joint(n).qposadr[0] for n in self.joint_names], dtype=int)
         self._arm_dof = np.array([m.joint(n).dofadr[0] for n in self.joint_names], dtype=int)
         self._gripper_act = np.array([m.actuator(n).id for n in self.gripper_names], dtype=int)
+        # Each gripper's grip force bound as the scene builds it (N on the opening tendon): a
+        # commanded limit narrows it until the next command or reset.
+        self._gripper_max_force = m.actuator_forcerange[self._gripper_act, 1].copy()
+        self._gripper_forces_set: bytes | None = None
         # The arm servos' own gains (kp, kv): the fitted ones where the scene names a dynamics file.
         self._servo_gains = (m.actuator_gainprm[self._arm_act, 0].copy(), -m.actuator_biasprm[self._arm_act, 2].copy())
         self._gripper_tendon = np.array([m.tendon(f"{n}_opening").id for n in self.gripper_names], dtype=int)
@@ -172,7 +176,7 @@ class Twin:
         self._arm_effort = sd[blocks[2]:blocks[3]]
         self.object_pos = sd[blocks[3]:blocks[4]].reshape(k, 3)
         self.object_quat = sd[blocks[4]:blocks[5]].reshape(k, 4)
-        self._gripper_effort = np.zeros(n - a)
+        self._fingers = np.array([len(g.joints) for g in self.robot.grippers], dtype=int)
         # Sensors are evaluated before mj_step integrates: after a step they describe the state
         # one timestep earlier. This is that state's time.
         self._sensor_time = 0.0
@@ -186,6 +190,7 @@ class Twin:
         self.rng = np.random.default_rng(self.seed)
         mujoco.mj_resetData(self.model, self.data)
         self._delayed.clear()
+        self.set_gripper_forces(None)
         self.data.qpos[:] = self._initial_qpos
         self.data.ctrl[:] = self._initial_ctrl
         self._hold_arm(self._initial_ctrl[self._arm_act])
@@ -294,6 +299,20 @@ class Twin:
         else:
             self.data.ctrl[self._gripper_act] = openings
 
+    def set_gripper_forces(self, forces: np.ndarray | None) -> None:
+        """Bound each gripper's grip at `forces` (N); NaN, or None for all, restores the scene's own."""
+        key = None if forces is None else np.asarray(forces, float).tobytes()  # bytes: NaN equals NaN
+        if key is not None and key == self._gripper_forces_set:
+            return  # written every control cycle, changed by a command now and then
+        self._gripper_forces_set = key
+        limit = self._gripper_max_force.copy()
+        if forces is not None:
+            forces = np.asarray(forces, float)
+            given = np.isfinite(forces) & (forces > 0)
+            limit[given] = np.minimum(forces[given], limit[given])
+        self.model.actuator_forcerange[self._gripper_act, 0] = -limit
+        self.model.actuator_forcerange[self._gripper_act, 1] = limit
+
     def _delay(self, actuators, values) -> None:
         self._delayed.append((self.data.time + self.command_latency_s, actuators, np.array(values, float)))
 
@@ -340,7 +359,9 @@ class Twin:
     # -- privileged state --------------------------------------------------------------------
     def joint_sample(self) -> JointSample:
         """Joint state as the sensors sampled it, stamped with the time they sampled it."""
-        effort = np.concatenate([self._arm_effort, self._gripper_effort])
+        # Each finger's effort is its gripper's drive force on the opening tendon (N, closing < 0).
+        grip = np.repeat(self.data.actuator_force[self._gripper_act], self._fingers)
+        effort = np.concatenate([self._arm_effort, grip])
         return JointSample(self._sensor_time, self.state_joint_names, self.position, self.velocity, effort)
 
     @property
