@@ -71,6 +71,11 @@ class EpisodeWriter:
     def write(self, topic: str, msg: Any, stamp: float) -> None:
         self._bag.write(_absolute(self.namespace, topic), msg, stamp)
 
+    def write_serialized(self, topic: str, type_name: str, data: bytes, stamp: float,
+                         offered_qos_profiles: str | None = None) -> None:
+        """A message as its CDR bytes (mcap_io.BagWriter.write_serialized), on a relative topic."""
+        self._bag.write_serialized(_absolute(self.namespace, topic), type_name, data, stamp, offered_qos_profiles)
+
     # Helpers for recorders that hold numpy rather than messages (the proxy cell, tests).
     def joint_sample(self, sample, stamp: float) -> None:
         from r2s2r.contract import convert

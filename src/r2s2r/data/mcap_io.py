@@ -137,22 +137,36 @@ class BagWriter:
 
     def write(self, topic: str, msg: Any, stamp: float | None = None) -> None:
         """Write `msg` on `topic` at `stamp` seconds (default: its header stamp, else the wall clock)."""
+        channel = self._channel(topic, type_name(msg))
+        if stamp is None:
+            stamp = _header_stamp(msg)
+        self._add(topic, channel, self._serialize(msg), time.time() if stamp is None else stamp)
+
+    def write_serialized(self, topic: str, type_name: str, data: bytes, stamp: float,
+                         offered_qos_profiles: str | None = None) -> None:
+        """Write a message already in its CDR bytes (as a raw subscription receives it), of type
+        'package/msg/Type', at `stamp` seconds. `offered_qos_profiles` (rosbag2's YAML of the
+        publishers' QoS) goes into the channel's metadata when the topic is first written."""
+        self._add(topic, self._channel(topic, type_name, offered_qos_profiles), bytes(data), stamp)
+
+    def _channel(self, topic: str, name: str, offered_qos_profiles: str | None = None) -> int:
         if not topic.startswith("/"):
             raise BagError(f"topic {topic!r}: expected an absolute topic name (starting with '/')")
-        name = type_name(msg)
         if name not in self._schemas:
             self._schemas[name] = self._writer.register_schema(name, "ros2msg", message_definition(name).encode())
         if topic not in self._channels:
-            channel = self._writer.register_channel(topic, "cdr", self._schemas[name])
+            metadata = {} if offered_qos_profiles is None else {"offered_qos_profiles": offered_qos_profiles}
+            channel = self._writer.register_channel(topic, "cdr", self._schemas[name], metadata)
             self._channels[topic] = (channel, name)
             self._sequence[topic] = 0
         channel, registered = self._channels[topic]
         if registered != name:
             raise BagError(f"topic {topic} carries {registered}; got a {name}")
-        if stamp is None:
-            stamp = _header_stamp(msg)
-        nanoseconds = int(round((time.time() if stamp is None else stamp) * 1e9))
-        self._writer.add_message(channel, log_time=nanoseconds, data=self._serialize(msg), publish_time=nanoseconds,
+        return channel
+
+    def _add(self, topic: str, channel: int, data: bytes, stamp: float) -> None:
+        nanoseconds = int(round(stamp * 1e9))
+        self._writer.add_message(channel, log_time=nanoseconds, data=data, publish_time=nanoseconds,
                                  sequence=self._sequence[topic])
         self._sequence[topic] += 1
         self.count += 1

@@ -14,9 +14,14 @@ Parameters:
   duration_s  stop after this long (0: until stopped; at most 30 days)
   stack       the stack the robot runs in (recorded in the bag's /r2s2r/episode)
 
-Parameters are checked before the bag is created. A recording is raw: every message that
-arrives is written as it came (a bad image or camera_info is refused by whoever reads the
-bag, naming the topic); a message that cannot be written is counted and named, never raised.
+Parameters are checked before the bag is created. A recording is raw: every message is taken
+as its CDR bytes (a raw subscription: nothing is deserialised) and written as it came (a bad
+image or camera_info is refused by whoever reads the bag, naming the topic); a message that
+cannot be written is counted and named, never raised. The reader queues are deep, so a
+recorder held up for a moment by a loaded machine catches up rather than losing messages, and
+each channel carries its publishers' QoS as rosbag2 writes it (`offered_qos_profiles`).
+`duration_s` counts on the node's clock from its first reading: under use_sim_time, from the
+first /clock, however far along the twin already is.
 """
 
 from __future__ import annotations
@@ -25,24 +30,35 @@ import threading
 from pathlib import Path
 
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from r2s2r.contract import qos
 from r2s2r.contract.names import CAMERA_NAME, CAMERA_NAME_EXPECTED, Topics
 from r2s2r.data.episode import EpisodeWriter, episode_topics
-from r2s2r.data.mcap_io import message_class
+from r2s2r.data.mcap_io import message_class, type_name
 from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.processes import return_large_blocks_to_the_os
 from r2s2r.robots import get_robot
 
 
 RANGES = {"duration_s": (0.0, 30 * 86400.0, "0 (until stopped) or a positive time in seconds, up to 30 days")}
+# Reader queues: 4 s of joint_states at 250 Hz; a second of frames (a colour frame is up to a
+# few MB: deeper would let a stalled recorder hold hundreds of MB).
+QUEUE_DEPTH = 1000
+CAMERA_QUEUE_DEPTH = 30
+DURATION_POLL_S = 0.02  # how often the duration is checked, on the steady clock
 
 
 def _qos_for(topic: str):
     if topic.startswith("cameras/"):
-        return qos.SENSOR
+        return qos.for_recording(qos.SENSOR, CAMERA_QUEUE_DEPTH)
+    return qos.for_recording(_offered_qos(topic), QUEUE_DEPTH)
+
+
+def _offered_qos(topic: str):
+    """What the interface's publishers offer on `topic` (the reliability and durability to match)."""
     if topic in (Topics.ESTOP, Topics.ROBOT_DESCRIPTION):
         return qos.LATCHED
     if topic == Topics.TF_STATIC:
@@ -83,11 +99,18 @@ class RecorderNode(Node):
         self.writer = None  # created last: nothing that can fail comes after it
         self.counts = {t: 0 for t in topics}
         self.failed: dict[str, int] = {}  # messages that could not be written, by topic
+        self.types = {topic: type_name(message_class(kind)) for topic, kind in topics.items()}
+        self._resolved: dict[str, str] = {}
         for topic, kind in topics.items():
-            self.create_subscription(message_class(kind), topic, lambda msg, t=topic: self._on_message(t, msg),
-                                     _qos_for(topic))
+            sub = self.create_subscription(message_class(kind), topic,
+                                           lambda data, t=topic: self._on_message(t, data), _qos_for(topic), raw=True)
+            self._resolved[topic] = sub.topic_name
+        self.duration = duration
+        self.elapsed = 0.0  # seconds on the node's clock since its first reading
+        self._last_reading: float | None = None
         if duration > 0:
-            self._stop_timer = self.create_timer(duration, self._stop)
+            self._stop_timer = self.create_timer(DURATION_POLL_S, self._count_duration,
+                                                 clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.writer = EpisodeWriter(out, self.robot.name, namespace,
                                     meta={"stack": self.get_parameter("stack").value, "cameras": cameras},
                                     stamp=self._now())
@@ -97,13 +120,16 @@ class RecorderNode(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _on_message(self, topic: str, msg) -> None:
+    def _on_message(self, topic: str, data: bytes) -> None:
+        """One message as its CDR bytes (a raw subscription's), written as it came."""
         error = None
+        # The publishers' QoS, looked up once per topic, when its first message shows one exists.
+        offered = None if self.counts.get(topic) else self._offered_profiles(topic)
         with self._lock:
             if self.writer is None:
                 return
             try:
-                self.writer.write(topic, msg, self._now())
+                self.writer.write_serialized(topic, self.types[topic], data, self._now(), offered)
             except Exception as exc:  # a full disk, say: counted and named, the recording goes on
                 self.failed[topic] = self.failed.get(topic, 0) + 1
                 error = exc if self.failed[topic] == 1 else None
@@ -116,6 +142,25 @@ class RecorderNode(Node):
                                     f"{error}); recording the other messages, counting those lost")
         if first:  # which topics are live, as soon as they are (an operator's first question)
             self.get_logger().info(f"first message on {topic}")
+
+    def _offered_profiles(self, topic: str) -> str | None:
+        try:
+            infos = self.get_publishers_info_by_topic(self._resolved[topic])
+        except Exception as exc:  # a graph query that fails costs the metadata, never the message
+            self.get_logger().warning(f"cannot read the publishers' QoS on {topic} ({exc}); recording without it")
+            return None
+        return qos.offered_qos_profiles(info.qos_profile for info in infos)
+
+    def _count_duration(self) -> None:
+        now = self._now()
+        if now == 0.0:
+            return  # use_sim_time and no /clock yet: the recording has not begun
+        if self._last_reading is not None:
+            self.elapsed += max(0.0, now - self._last_reading)  # a clock set back (a reset) adds nothing
+        self._last_reading = now
+        if self.elapsed >= self.duration:
+            self._stop_timer.cancel()
+            self._stop()
 
     def _stop(self) -> None:
         self.get_logger().info("duration reached; closing the bag")
