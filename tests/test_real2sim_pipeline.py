@@ -140,6 +140,25 @@ def test_an_object_the_data_never_moved_is_flagged_unidentifiable(cell, arm_fit)
     assert "interval" in can.why
 
 
+def test_a_curvature_that_lies_does_not_make_a_parameter_identifiable(cell, arm_fit, monkeypatch):
+    # Across a contact the finite-difference Jacobian can be huge where the cost is flat: an
+    # object's friction left at its prior was once reported +-2.4e-10, identifiable. Here the
+    # intervals are made to claim the same for a mass the data never moved.
+    from r2s2r.real2sim import sysid
+    real = sysid._intervals
+
+    def overconfident(*args, **kwargs):
+        half, corr, count = real(*args, **kwargs)
+        return np.full_like(half, 2.4e-10), corr, count
+    monkeypatch.setattr(sysid, "_intervals", overconfident)
+    episode = load_episode(cell["paths"]["excitation"])
+    result = sysid.fit(SCENE, [episode], ["can.mass"], fixed=arm_fit.values, use=("position", "velocity", "effort"),
+                       global_iterations=2, max_iters=2)
+    (can,) = result.parameters
+    assert not can.identifiable
+    assert "the data hardly depends on it" in can.why and "+-2.4e-10 does not hold" in can.why
+
+
 def test_a_scene_with_penetrating_objects_fails_naming_check_and_object():
     from dataclasses import replace
 

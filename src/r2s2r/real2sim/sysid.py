@@ -31,7 +31,10 @@ converges, to gains and damping that absorb the shift, and reports success.
    infinite or wider than `IDENTIFIABLE_REL` of its value is flagged as not identifiable from
    this data (link inertias next to armature from joint data alone, the friction of an object
    never pushed to slip); one that moves with another (|correlation| above `CORRELATED`) is
-   noted as such.
+   noted as such. A narrow interval is believed only if moving the parameter that far, the
+   others held, really raises the cost by a 95 % interval's worth: across a contact the
+   finite-difference curvature can be huge where the cost is flat, and a parameter left at its
+   prior was reported identifiable to +-2e-10.
 
 Contacts make the residual rough (a grasp holds or slips), which least squares from afar does
 not survive: identify the arm on an excitation episode (`proxy.excitation_script`, or any
@@ -474,7 +477,19 @@ def _intervals(evaluator: Evaluator, names, values, fixed, bounds=None):
     sigma, half = sysid.calculate_intervals([r0[:, 0]], J)
     d = np.sqrt(np.clip(np.diag(sigma), 1e-300, None))
     corr = sigma / np.outer(d, d)
-    return np.asarray(half, float) * scale, corr
+    return np.asarray(half, float) * scale, corr, r0.shape[0]
+
+
+def _cost_rise(evaluator: Evaluator, name: str, values: Mapping[str, float], fixed: Mapping[str, float],
+               cost: float, step: float) -> float:
+    """The least the cost rises when `name` alone moves `step` either way (within its bounds)
+    from `values`, the others held: what the data says about it, whatever the curvature says."""
+    lower, upper = _bounds(evaluator.rt, name, None)
+    rises = []
+    for moved in (max(lower, values[name] - step), min(upper, values[name] + step)):
+        if moved != values[name]:
+            rises.append(evaluator.cost({**fixed, **values, name: moved}) - cost)
+    return min(rises) if rises else float("inf")
 
 
 def _search_space(rt: ReplayTwin, names: Sequence[str]):
@@ -589,16 +604,28 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         all_values = {**values, "latency_s": latency}
         cost_fitted = evaluator.cost({**base, **all_values})
         # The intervals at the latency found or held (a held latency is in neither names nor base).
-        half, corr = _intervals(evaluator, fit_names, all_values, {**base, "latency_s": latency})
+        half, corr, count = _intervals(evaluator, fit_names, all_values, {**base, "latency_s": latency})
+        # The cost's 95 % rise (chi-square, 1 degree of freedom, on the residuals' own variance):
+        # what a parameter moved to the edge of its 95 % interval adds.
+        needed = 0.5 * 3.84 * (2.0 * cost_fitted / max(count - len(fit_names), 1))
         out = []
         for i, n in enumerate(names):
             info = rt.parameters.info(n)
             value = values[n]
+            reach = IDENTIFIABLE_REL * max(abs(value), 1e-3 if info.unit == "N m" else 1e-2)
             why = ""
             if not np.isfinite(half[i]):
                 why = "the data does not constrain it (infinite interval)"
-            elif half[i] > IDENTIFIABLE_REL * max(abs(value), 1e-3 if info.unit == "N m" else 1e-2):
+            elif half[i] > reach:
                 why = f"95% interval +-{half[i]:.3g} is wider than {IDENTIFIABLE_REL:.0%} of its value"
+            else:
+                # The curvature can lie (a contact makes the residual step): the cost must also rise
+                # measurably when the parameter really moves that far, or it was left at its prior.
+                rise = _cost_rise(evaluator, n, all_values, {**base, "latency_s": latency}, cost_fitted, reach)
+                if not rise > max(needed, 1e-9 * (1.0 + cost_fitted)):
+                    why = (f"moving it {IDENTIFIABLE_REL:.0%} either way raises the cost by {rise:.3g}, under the "
+                           f"{needed:.3g} of a 95% interval: the data hardly depends on it (the curvature's "
+                           f"+-{half[i]:.3g} does not hold)")
             identifiable = not why
             partners = [fit_names[k] for k in range(len(fit_names)) if k != i and abs(corr[i, k]) > CORRELATED]
             if partners:  # still pinned down, but only jointly: an error in one shows up in the other
@@ -611,7 +638,7 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
             # the fitted ones (armature next to link inertia) gets an infinite or wide one.
             at = {**all_values, **rt.parameters.nominal(check)}
             evaluator.names = fit_names + check
-            half_c, corr_c = _intervals(evaluator, fit_names + check, at, {**base, "latency_s": latency})
+            half_c, corr_c, _ = _intervals(evaluator, fit_names + check, at, {**base, "latency_s": latency})
             for i, n in enumerate(check, start=len(fit_names)):
                 info = rt.parameters.info(n)
                 why = "held at its prior, not fitted"
