@@ -3,12 +3,15 @@
 the test can see the recorder receive before anything counts; then COUNT JointState messages
 paced at RATE_HZ by the wall clock, each with its index as its one position and a header stamp
 of exactly start + index / RATE_HZ, so a recording shows every message it lost. With
---clock-start it also publishes /clock at those times (a twin that has been running S seconds).
-It exits once every message is acknowledged."""
+--clock-start it also publishes /clock at those times (a twin that has been running S seconds),
+and afterwards holds the clock at the last of them until a second line arrives, then moves it
+on a second every 50 ms (so a recorder with a duration stops when the test says). It exits once
+every message is acknowledged and, with a clock, stdin is closed."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import select
 import sys
 import time
@@ -52,6 +55,7 @@ def main() -> int:
             print("no go on stdin within 120 s", file=sys.stderr)
             return 2
         send(-1, start)
+    os.read(sys.stdin.fileno(), 1024)  # the "go" (unbuffered: select sees what is left)
     began = time.monotonic()
     for i in range(args.count):
         pause = began + i / args.rate_hz - time.monotonic()
@@ -62,6 +66,17 @@ def main() -> int:
         print("not every message was acknowledged within 60 s", file=sys.stderr)
         return 3
     print(f"published {args.count}", flush=True)
+    if clock is not None:
+        last = start + (args.count - 1) / args.rate_hz
+        advancing = False
+        while True:
+            if select.select([sys.stdin], [], [], 0.05)[0]:
+                if not os.read(sys.stdin.fileno(), 1024):
+                    break  # stdin closed: done
+                advancing = True
+            if advancing:
+                last += 1.0
+            clock.publish(Clock(clock=convert.to_time(last)))
     node.destroy_node()
     rclpy.shutdown()
     return 0

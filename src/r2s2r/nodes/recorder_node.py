@@ -108,6 +108,8 @@ class RecorderNode(Node):
         self.duration = duration
         self.elapsed = 0.0  # seconds on the node's clock since its first reading
         self._last_reading: float | None = None
+        self._clock_lock = threading.Lock()  # the timer and the message callbacks both count
+        self._stopping = False
         if duration > 0:
             self._stop_timer = self.create_timer(DURATION_POLL_S, self._count_duration,
                                                  clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -123,6 +125,8 @@ class RecorderNode(Node):
     def _on_message(self, topic: str, data: bytes) -> None:
         """One message as its CDR bytes (a raw subscription's), written as it came."""
         error = None
+        if self.duration > 0 and self._count_duration():
+            return  # past the duration: not part of the recording
         # The publishers' QoS, looked up once per topic, when its first message shows one exists.
         offered = None if self.counts.get(topic) else self._offered_profiles(topic)
         with self._lock:
@@ -151,16 +155,24 @@ class RecorderNode(Node):
             return None
         return qos.offered_qos_profiles(info.qos_profile for info in infos)
 
-    def _count_duration(self) -> None:
-        now = self._now()
-        if now == 0.0:
-            return  # use_sim_time and no /clock yet: the recording has not begun
-        if self._last_reading is not None:
-            self.elapsed += max(0.0, now - self._last_reading)  # a clock set back (a reset) adds nothing
-        self._last_reading = now
-        if self.elapsed >= self.duration:
+    def _count_duration(self) -> bool:
+        """Count the node clock's time since the last reading; True once `duration_s` has passed
+        (the first caller to see it closes the bag). Checked on every message as well as on the
+        timer, so that nothing after the duration is written, however late the timer runs."""
+        with self._clock_lock:
+            now = self._now()
+            if now == 0.0:
+                return False  # use_sim_time and no /clock yet: the recording has not begun
+            if self._last_reading is not None:
+                self.elapsed += max(0.0, now - self._last_reading)  # a clock set back (a reset) adds nothing
+            self._last_reading = now
+            if self.elapsed < self.duration:
+                return False
+            stopping, self._stopping = self._stopping, True
+        if not stopping:
             self._stop_timer.cancel()
             self._stop()
+        return True
 
     def _stop(self) -> None:
         self.get_logger().info("duration reached; closing the bag")
