@@ -68,7 +68,7 @@ import numpy as np
 
 from r2s2r.config import ConfigError, Section
 from r2s2r.contract.types import JointCommand, JointSample
-from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_force
+from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_share
 from r2s2r.robots import RobotSpec
 
 try:  # pyserial's POSIX backend reports a vanished pty or USB adapter from tcflush as termios.error
@@ -693,14 +693,14 @@ class AlohaHardware(Hardware):
                 if len(gripper_openings):
                     slot = self._gripper_slot[arm.side]
                     angle = self._opening_to_angle(arm.side, float(gripper_openings[slot]))
-                    current = self._grip_current(arm.side, grip_force(gripper_forces, slot, math.inf))
+                    share = grip_share(gripper_forces, slot, self._grippers[arm.side].max_force)
+                    current = self._grip_current(share)
                 self._on_link(arm.send_goals, command.position[self._joint_index[arm.side]], angle, current)
 
-    def _grip_current(self, side: str, force: float) -> int:
-        """The Goal Current for a grip of `force` N: a servo's torque follows its current, so the
-        configured Goal Current stands for the gripper's max_force and a smaller force for its
-        share of it (no calibrated finger force: an approximation, docs/hardware/aloha.md)."""
-        share = min(force / self._grippers[side].max_force, 1.0)
+    def _grip_current(self, share: float) -> int:
+        """The Goal Current for a grip at `share` of the gripper's max_force: a servo's torque
+        follows its current, so the configured Goal Current stands for max_force (no calibrated
+        finger force: an approximation, docs/hardware/aloha.md)."""
         return max(1, round(self.config.gripper_goal_current * share))
 
     def describe(self) -> dict[str, Any]:

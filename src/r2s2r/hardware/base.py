@@ -34,6 +34,12 @@ def grip_force(gripper_forces: np.ndarray | None, slot: int, default: float) -> 
     return float(gripper_forces[slot])
 
 
+def grip_share(gripper_forces: np.ndarray | None, slot: int, max_force: float) -> float:
+    """The commanded grip of robot.grippers[slot] as a share of its `max_force` (1 where none
+    is set): what a gripper bounded by a motor current scales its configured current by."""
+    return min(grip_force(gripper_forces, slot, max_force) / max_force, 1.0)
+
+
 class Lifecycle(enum.Enum):
     UNCONFIGURED = "unconfigured"
     INACTIVE = "inactive"

@@ -42,7 +42,7 @@ from r2s2r.config import ConfigError, Section
 from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware._link import SilenceClock
 from r2s2r.hardware._worker import LatestWorker
-from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_force
+from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost, grip_share
 from r2s2r.robots import RobotSpec
 
 SDK_PACKAGE = "rby1-sdk"
@@ -494,7 +494,7 @@ class _Grippers:
         if error is not None:
             self.last_error = f"gripper bus {self.device}: {error}"
         openings = np.asarray(openings, float)
-        torques = np.array([HOLD_TORQUE * min(grip_force(forces, slot, spec.max_force) / spec.max_force, 1.0)
+        torques = np.array([HOLD_TORQUE * grip_share(forces, slot, spec.max_force)
                             for slot, spec in enumerate(self.specs)])
         if np.all(np.abs(openings - self._sent) <= GRIPPER_DEADBAND_M) and np.array_equal(torques, self._torques):
             return
