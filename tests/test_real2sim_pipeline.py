@@ -108,14 +108,27 @@ def arm_fit(cell):
 
 def test_fit_finds_the_offset_first_and_recovers_the_hidden_arm(arm_fit):
     assert arm_fit.offset_s == pytest.approx(EXPECTED_OFFSET, abs=0.001)
-    assert arm_fit.latency_s == pytest.approx(EXPECTED_OFFSET, abs=0.0007)
+    assert arm_fit.latency_s == pytest.approx(EXPECTED_OFFSET, abs=0.0003)
     assert np.isfinite(arm_fit.latency_ci) and arm_fit.latency_ci < 0.001
     identified = [p for p in arm_fit.parameters if p.identifiable and p.fitted]
-    assert {p.name for p in identified} >= {"arm.kp_scale", "arm.kv_scale", "arm.frictionloss"}
+    assert {p.name for p in identified} == set(ARM_NAMES)
     for p in identified:
-        assert p.value == pytest.approx(ARM_HIDDEN[p.name], rel=0.2), p
-        assert np.isfinite(p.interval) and p.interval > 0
+        assert p.value == pytest.approx(ARM_HIDDEN[p.name], rel=0.1), p
     assert arm_fit.cost_fitted < 1e-3 * arm_fit.cost_nominal
+
+
+def test_fit_from_several_starts_agrees_and_its_intervals_cover_the_hidden_values(arm_fit):
+    # Three starts (CMA-ES's best, the priors, a random point of the box) end at the same answer,
+    # and every 95 % interval, the latency's too, holds the hidden value.
+    assert len(arm_fit.starts) == 3 and arm_fit.agreeing_starts == 3, arm_fit.starts
+    for p in arm_fit.parameters:
+        if p.fitted:
+            assert abs(p.value - ARM_HIDDEN[p.name]) <= p.interval, p
+            assert p.interval >= p.interval_curvature > 0 and p.spread[0] <= p.value <= p.spread[1], p
+    assert abs(arm_fit.latency_s - EXPECTED_OFFSET) <= arm_fit.latency_ci
+    assert arm_fit.bootstrap_segments >= 12  # 3.2 s in 0.25 s segments
+    report = arm_fit.report()
+    assert len(report["starts"]) == 3 and all("ci95_bootstrap" in p for p in report["parameters"])
 
 
 def test_fitted_twin_cuts_held_out_joint_rmse_fivefold(cell, arm_fit):
@@ -148,12 +161,13 @@ def test_a_curvature_that_lies_does_not_make_a_parameter_identifiable(cell, arm_
     real = sysid._intervals
 
     def overconfident(*args, **kwargs):
-        half, corr, count = real(*args, **kwargs)
-        return np.full_like(half, 2.4e-10), corr, count
+        half, corr, count, jacobian = real(*args, **kwargs)
+        return np.full_like(half, 2.4e-10), corr, count, jacobian
     monkeypatch.setattr(sysid, "_intervals", overconfident)
     episode = load_episode(cell["paths"]["excitation"])
+    # One start and no bootstrap: the check under test alone (starts ending apart would flag it too).
     result = sysid.fit(SCENE, [episode], ["can.mass"], fixed=arm_fit.values, use=("position", "velocity", "effort"),
-                       global_iterations=2, max_iters=2)
+                       global_iterations=2, max_iters=2, starts=1, bootstrap=0)
     (can,) = result.parameters
     assert not can.identifiable
     assert "the data hardly depends on it" in can.why and "+-2.4e-10 does not hold" in can.why
@@ -262,9 +276,11 @@ def _pick_place(pos, yaw, grasp_height, dwell_s, place=PLACE):
 
 # Held-out pick-and-place episodes: block pose, TCP height at the grasp, dwell before closing.
 # A soft, late arm (the hidden gains and latency) is still above the block when a short dwell
-# ends: the grasp then misses a block the unfitted twin's stiffer arm would have caught.
+# ends: the grasp then misses a block the unfitted twin's stiffer arm would have caught. No grasp
+# lower than 23 mm: at 20 mm the fingers pinch the block into the table, a contact that on some
+# CPUs diverged (MuJoCo reset the state) and voided the recording.
 OUTCOME_EPISODES = [((0.50, 0.00, 0.3), 0.025, 0.3), ((0.50, 0.00, 0.3), 0.030, 0.0), ((0.48, -0.04, 0.0), 0.035, 0.0),
-                    ((0.52, 0.03, 0.5), 0.020, 0.0), ((0.50, 0.02, -0.3), 0.040, 0.3), ((0.47, 0.00, 0.2), 0.060, 0.3),
+                    ((0.52, 0.03, 0.5), 0.023, 0.0), ((0.50, 0.02, -0.3), 0.040, 0.3), ((0.47, 0.00, 0.2), 0.060, 0.3),
                     ((0.53, -0.02, 0.1), 0.035, 0.05), ((0.50, -0.03, 0.6), 0.030, 0.0), ((0.49, 0.03, 0.3), 0.033, 0.0),
                     ((0.51, 0.00, -0.2), 0.025, 0.15)]
 

@@ -101,11 +101,16 @@ def write_report(out_dir: str | Path, episode: str, before, after=None, fit=None
                     f"(first estimate {1000 * rep['xcorr_offset_s']:.2f} ms); latency "
                     f"{1000 * rep['latency_s']:.2f} &plusmn; {1000 * rep['latency_ci95']:.2f} ms. Cost "
                     f"{rep['cost_nominal']:.4g} nominal, {rep['cost_fitted']:.4g} fitted; {rep['evaluations']} rollouts "
-                    f"in {rep['wall_s']:.1f} s on {rep['workers']} worker(s).</p>")
+                    f"in {rep['wall_s']:.1f} s on {rep['workers']} worker(s). "
+                    f"{rep.get('agreeing_starts', 1)} of {len(rep.get('starts', [])) or 1} least-squares starts "
+                    f"ended as well as the best; the intervals are the widest of the curvature's, a block "
+                    f"bootstrap's over {rep.get('bootstrap_segments', 0)} segments and the starts' spread.</p>")
         body.append(_table([[p["name"], _fmt(p["nominal"]),
-                             _fmt(p["value"]) if p.get("fitted", True) else "not fitted", _fmt(p["ci95"]), p["unit"],
-                             "yes" if p["identifiable"] else "NO", p["why"]] for p in rep["parameters"]],
-                           ["parameter", "nominal", "fitted", "95% CI +-", "unit", "identifiable", "note"]))
+                             _fmt(p["value"]) if p.get("fitted", True) else "not fitted", _fmt(p["ci95"]),
+                             _fmt(p.get("ci95_curvature", float("nan"))), _fmt(p.get("ci95_bootstrap", float("nan"))),
+                             p["unit"], "yes" if p["identifiable"] else "NO", p["why"]] for p in rep["parameters"]],
+                           ["parameter", "nominal", "fitted", "95% CI +-", "curvature +-", "bootstrap +-", "unit",
+                            "identifiable", "note"]))
     objects = sorted(set(before.object_final_error) | set(after.object_final_error if after else {}))
     if objects:
         body.append("<h2>Objects</h2>" + _table(

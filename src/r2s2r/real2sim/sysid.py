@@ -10,31 +10,36 @@ converges, to gains and damping that absorb the shift, and reports success.
    later).
 2. CMA-ES (`cma`) over the model parameters and the latency together, from the spec's values
    and that estimate, on the episodes' first seconds: a global search out of the valleys
-   where too little damping makes up for too much delay. Its latency is the offset the fit
-   removes, and reports. A generation's candidates run on the trial runner's workers
-   (`eval.runner.TrialPool.map`: a process pool, or Ray actors with `backend="ray"`), each
-   worker loading the episodes once (`_FitJob`) and keeping them for the fit's generations;
-   the costs come back in candidate order, so any number of workers gives the same fit.
+   where too little damping makes up for too much delay. A generation's candidates run on the
+   trial runner's workers (`eval.runner.TrialPool.map`: a process pool, or Ray actors with
+   `backend="ray"`), each worker loading the episodes once (`_FitJob`) and keeping them for the
+   fit's generations; the costs come back in candidate order, so any number of workers gives
+   the same fit. Its latency (`offset_s`) is where least squares starts from.
 3. Bounded nonlinear least squares (`mujoco.sysid.optimize`: MuJoCo's own Levenberg-Marquardt
    with box bounds) on the model parameters (`real2sim.params` names: damping, armature,
-   friction loss, actuator gains, object mass and friction) over the whole episodes, the
-   setpoints shifted by the offset. Each residual evaluation is one batch of `mujoco.rollout`
+   friction loss, actuator gains, object mass and friction) and the latency together, over the
+   whole episodes, from several starts: CMA-ES's best, the priors with the offset's estimate,
+   and points drawn across the box (`starts` in all). The setpoints are interpolated between
+   physics steps, so the cost is smooth in the latency too; fitted apart, with the model held,
+   a small error in it is made up for by the gains. Each residual evaluation is one batch of `mujoco.rollout`
    rollouts, one per finite-difference column, on `workers` threads. The residual stacks,
    weighted by their expected misfit (`SIGMA`), joint positions, velocities and efforts at
    every other joint state, gripper finger positions, and tracked object positions at every
-   camera frame.
-4. CMA-ES once more on the latency alone near the offset, the model held (finite differences
-   see a shift of the whole stream badly); least squares again if it moved.
-5. 95 % confidence intervals of every parameter, the latency included, from the Jacobian at
+   camera frame. The best start wins. Starts that end as well (within a 95 % interval's rise of
+   the cost) but elsewhere show what else the data allows.
+4. 95 % confidence intervals of every parameter, the latency included, from the Jacobian at
    the optimum (`mujoco.sysid.calculate_intervals`: (J^T J)^-1 s^2 by eigen-decomposition,
-   infinite along directions the data does not constrain). A parameter whose interval is
-   infinite or wider than `IDENTIFIABLE_REL` of its value is flagged as not identifiable from
-   this data (link inertias next to armature from joint data alone, the friction of an object
-   never pushed to slip); one that moves with another (|correlation| above `CORRELATED`) is
-   noted as such. A narrow interval is believed only if moving the parameter that far, the
-   others held, really raises the cost by a 95 % interval's worth: across a contact the
-   finite-difference curvature can be huge where the cost is flat, and a parameter left at its
-   prior was reported identifiable to +-2e-10.
+   infinite along directions the data does not constrain). They assume white residuals, so they
+   are checked twice: a block bootstrap over `segment_s` pieces of the episodes (`_bootstrap`,
+   linearised at the optimum) sees a misfit correlated in time, and the starts that fit as
+   well show a valley. The interval reported is the widest of the three, and `why` says what
+   widened it. A parameter whose interval is infinite or wider than `IDENTIFIABLE_REL` of its
+   value is flagged as not identifiable from this data (link inertias next to armature from
+   joint data alone, the friction of an object never pushed to slip). One that moves with
+   another (|correlation| above `CORRELATED`) is noted as such. A narrow interval is believed
+   only if moving the parameter that far, the others held, really raises the cost by a 95 %
+   interval's worth: across a contact the finite-difference curvature can be huge where the
+   cost is flat, and a parameter left at its prior was reported identifiable to +-2e-10.
 
 Contacts make the residual rough (a grasp holds or slips), which least squares from afar does
 not survive: identify the arm on an excitation episode (`proxy.excitation_script`, or any
@@ -49,6 +54,7 @@ the optimiser and the intervals are mujoco.sysid's and MuJoCo's own.
 from __future__ import annotations
 
 import copy
+import io
 import math
 import time
 import uuid
@@ -64,7 +70,6 @@ from r2s2r.eval.runner import TrialPool
 from r2s2r.real2sim.replay import ReplayTwin, Setpoints, setpoints
 
 IDENTIFIABLE_REL = 0.25
-CMA_SIGMA_S = 0.001  # CMA-ES's first step in latency
 CORRELATED = 0.995
 # Expected misfit of each residual block (its weight is 1 / sigma).
 SIGMA = {"position": 5e-4, "velocity": 0.02, "effort": 0.5, "finger": 2e-4, "object": 0.003}
@@ -140,6 +145,7 @@ class Evaluator:
         self._rollout = mujoco.rollout.Rollout(nthread=self.threads if self.threads > 1 else 0)
         self._datas = [mujoco.MjData(self.base) for _ in range(self.threads)]
         self.evaluations = 0
+        self.weights: np.ndarray | None = None  # per residual entry (a bootstrap's segment counts)
 
     def close(self) -> None:
         self._rollout.close()
@@ -165,10 +171,19 @@ class Evaluator:
         self.evaluations += len(value_sets)
         return out
 
-    def residual_of(self, rows_per_episode: list[np.ndarray]) -> np.ndarray:
+    def residual_of(self, rows_per_episode: list[np.ndarray], times: list | None = None) -> np.ndarray:
+        """The weighted residual of one rollout per episode; `times`, when given, receives each
+        entry's (episode, time) in the same order (the segments a bootstrap resamples)."""
         layout = self.rt.layout
         parts = []
-        for fd, rows in zip(self.data, rows_per_episode):
+
+        def add(block: np.ndarray, episode: int, at_times: np.ndarray) -> None:
+            parts.append(block.ravel())
+            if times is not None:  # a block is rows x columns, raveled row by row
+                t = np.repeat(at_times, block.size // max(len(at_times), 1))
+                times.append(np.stack([np.full(len(t), episode, float), t], axis=1))
+
+        for e, (fd, rows) in enumerate(zip(self.data, rows_per_episode)):
             dt = fd.stream.timestep
             idx = np.clip(fd.joint_times / dt, 0, len(rows) - 1)
             lo = np.floor(idx).astype(int)
@@ -176,22 +191,35 @@ class Evaluator:
             w = (idx - lo)[:, None]
             at = rows[lo] * (1 - w) + rows[hi] * w
             narm = layout.narm
+            jt = fd.joint_times
             if "position" in self.use:
-                parts.append(((layout.position(at)[:, :narm] - fd.position) / SIGMA["position"]).ravel())
+                add((layout.position(at)[:, :narm] - fd.position) / SIGMA["position"], e, jt)
             if "velocity" in self.use:
-                parts.append(((layout.velocity(at)[:, :narm] - fd.velocity) / SIGMA["velocity"]).ravel())
+                add((layout.velocity(at)[:, :narm] - fd.velocity) / SIGMA["velocity"], e, jt)
             if "effort" in self.use and np.isfinite(fd.effort).all():
-                parts.append(((layout.effort(at) - fd.effort) / SIGMA["effort"]).ravel())
+                add((layout.effort(at) - fd.effort) / SIGMA["effort"], e, jt)
             if "finger" in self.use and fd.finger.size:
-                parts.append(((layout.position(at)[:, narm:] - fd.finger) / SIGMA["finger"]).ravel())
+                add((layout.position(at)[:, narm:] - fd.finger) / SIGMA["finger"], e, jt)
             if "object" in self.use:
                 for track in fd.tracks:
                     k = layout.objects.index(track.name)
                     i = np.clip(np.round(track.times / dt).astype(int), 0, len(rows) - 1)
                     pred = layout.object_pos(rows[i])[:, k]
-                    parts.append(((pred - track.positions) / SIGMA["object"]).ravel())
+                    add((pred - track.positions) / SIGMA["object"], e, track.times)
         r = np.concatenate(parts) if parts else np.zeros(0)
-        return np.nan_to_num(r, nan=0.0)
+        r = np.nan_to_num(r, nan=0.0)
+        # A bootstrap resample counts each segment as often as it was drawn.
+        return r * np.sqrt(self.weights) if self.weights is not None else r
+
+    def residual_segments(self, values: Mapping[str, float], segment_s: float) -> np.ndarray:
+        """Each residual entry's segment: episodes cut into `segment_s` pieces, numbered across
+        all episodes (what a block bootstrap draws, the misfit within a piece being correlated)."""
+        times: list[np.ndarray] = []
+        self.residual_of(self.rollouts([dict(values)], {})[0], times)
+        et = np.concatenate(times) if times else np.zeros((0, 2))
+        seg = np.floor(et[:, 1] / segment_s).astype(int)
+        per = int(seg.max()) + 1 if len(seg) else 1
+        return et[:, 0].astype(int) * per + seg
 
     def residuals(self, X: np.ndarray, fixed: Mapping[str, float]) -> np.ndarray:
         """n_residuals x k for the k columns of X (parameters in `names` order)."""
@@ -369,6 +397,15 @@ def cma_search(costs_of, x0: Sequence[float], sigma0: float, bounds: tuple[Seque
     return (list(best[:1]) if pad else list(best)), float(es.result.fbest), history
 
 
+@dataclass(frozen=True)
+class _Start:
+    """Where one start of the fit ended."""
+
+    values: dict
+    latency_s: float
+    cost: float
+
+
 # -- the whole fit ----------------------------------------------------------------------------------------------
 @dataclass
 class FittedParameter:
@@ -382,6 +419,9 @@ class FittedParameter:
     identifiable: bool
     why: str = ""
     fitted: bool = True  # False: held at its prior, only checked for identifiability (fit's `check`)
+    interval_curvature: float = float("nan")  # the Jacobian's 95 % half-width
+    interval_bootstrap: float = float("nan")  # the block bootstrap's (0: none run)
+    spread: tuple[float, ...] = ()  # (lowest, highest) over the starts that fit as well as the best
 
 
 @dataclass
@@ -399,6 +439,10 @@ class FitResult:
     workers: int
     history: list[float] = field(default_factory=list)
     fixed: dict = field(default_factory=dict)  # values held during the fit
+    starts: list[dict] = field(default_factory=list)  # where each start ended: values, latency_s, cost
+    agreeing_starts: int = 1  # how many ended as well as the best (within a 95 % interval's rise)
+    bootstrap_segments: int = 0  # segments the block bootstrap resampled (0: none)
+    latency_note: str = ""  # what widened the latency's interval, if anything
 
     @property
     def values(self) -> dict[str, float]:
@@ -409,10 +453,14 @@ class FitResult:
         return {"offset_s": self.offset_s, "xcorr_offset_s": self.xcorr_offset_s, "latency_s": self.latency_s,
                 "latency_ci95": self.latency_ci, "cost_nominal": self.cost_nominal,
                 "cost_fitted": self.cost_fitted, "iterations": self.iterations, "evaluations": self.evaluations,
-                "wall_s": self.wall_s, "workers": self.workers,
+                "wall_s": self.wall_s, "workers": self.workers, "latency_note": self.latency_note,
+                "starts": self.starts, "agreeing_starts": self.agreeing_starts,
+                "bootstrap_segments": self.bootstrap_segments,
                 "parameters": [{"name": p.name, "nominal": p.nominal, "value": p.value, "ci95": p.interval,
-                                "bounds": [p.lower, p.upper], "unit": p.unit, "identifiable": p.identifiable,
-                                "why": p.why, "fitted": p.fitted} for p in self.parameters]}
+                                "ci95_curvature": p.interval_curvature, "ci95_bootstrap": p.interval_bootstrap,
+                                "spread": list(p.spread), "bounds": [p.lower, p.upper], "unit": p.unit,
+                                "identifiable": p.identifiable, "why": p.why, "fitted": p.fitted}
+                               for p in self.parameters]}
 
 
 def _bounds(rt: ReplayTwin, name: str, bounds: Mapping[str, tuple[float, float]] | None) -> tuple[float, float]:
@@ -455,8 +503,12 @@ def _least_squares(evaluator: Evaluator, names, start, fixed, max_iters: int, bo
     def residual_fn(z, _params):
         return [evaluator.residuals(np.asarray(z).reshape(len(names), -1) * scale, fixed)], None, None
 
+    evaluator.names = list(names)
+    # mu grows 3x on a rejected step, not 1.26x: against a bound, where no step helps, the default
+    # spent a hundred rollouts before giving up. The per-iteration log goes nowhere (it ignores
+    # verbose=False).
     fitted, result = sysid.optimize(params, residual_fn, optimizer="mujoco", verbose=False, max_iters=max_iters,
-                                    eps=1e-4)
+                                    eps=1e-4, mu_factor=10 ** 0.5, output=io.StringIO())
     x = fitted.as_vector() * scale[:, 0]
     return dict(zip(names, map(float, x))), result
 
@@ -472,12 +524,33 @@ def _intervals(evaluator: Evaluator, names, values, fixed, bounds=None):
 
     def res(Z):
         return evaluator.residuals(Z * scale[:, None], fixed)
+    evaluator.names = list(names)
     r0 = res(z[:, None])
     J, _ = minimize.jacobian_fd(res, z[:, None], r0, 1e-4, 0, [lower[:, None], upper[:, None]])
     sigma, half = sysid.calculate_intervals([r0[:, 0]], J)
     d = np.sqrt(np.clip(np.diag(sigma), 1e-300, None))
     corr = sigma / np.outer(d, d)
-    return np.asarray(half, float) * scale, corr, r0.shape[0]
+    return np.asarray(half, float) * scale, corr, r0.shape[0], (J, r0[:, 0], scale)
+
+
+def _bootstrap(J: np.ndarray, r: np.ndarray, segments: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """95 % half-widths (in J's columns' units) from a block bootstrap, linearised at the optimum.
+
+    The episodes are cut into segments; each resample draws as many segments with replacement
+    (one drawn twice counts twice) and takes the Gauss-Newton step that refits the parameters
+    to it from the optimum, with the Jacobian there. Unlike the curvature's interval this sees a
+    misfit correlated in time (a model that cannot follow the cell, rather than white noise): a
+    fit that leans on a few segments moves when they are drawn differently. Linearised, a
+    resample costs a solve, not a fit: the multi-start covers what is not linear."""
+    _, segments = np.unique(segments, return_inverse=True)
+    count = int(segments.max()) + 1
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(resamples):
+        w = np.bincount(rng.integers(0, count, count), minlength=count)[segments].astype(float)
+        JW = J * w[:, None]
+        steps.append(np.linalg.lstsq(JW.T @ J, -(JW.T @ r), rcond=None)[0])
+    return 1.96 * np.std(np.array(steps), axis=0, ddof=1)
 
 
 def _cost_rise(evaluator: Evaluator, name: str, values: Mapping[str, float], fixed: Mapping[str, float],
@@ -518,7 +591,8 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         use: Sequence[str] = ("position", "velocity", "effort", "finger", "object"),
         episode_paths: Sequence[str] | None = None, window_s: float | None = 1.5, latency_max_s: float = 0.06,
         global_iterations: int = 20, check: Sequence[str] = (), backend: str = "process",
-        address: str | None = None) -> FitResult:
+        address: str | None = None, starts: int = 3, bootstrap: int = 200, segment_s: float = 0.25,
+        seed: int = 0) -> FitResult:
     """Fit `names` (real2sim.params names) to the episodes, with `fixed` values held (a
     previous fit's). The latency is estimated too unless `fixed` holds it.
 
@@ -531,7 +605,10 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
     `workers` > 1 runs CMA-ES generations on that many of the trial runner's workers (a
     TrialPool on `backend`, "process" or "ray" at `address`; they load the episodes from
     `episode_paths`, without which generations run here) and rollouts here on that many
-    threads. Any number of workers gives the same fit, bit for bit."""
+    threads. Any number of workers gives the same fit, bit for bit.
+    `starts`: least squares runs from CMA-ES's best, the priors and the rest drawn across the
+    box with `seed` (with no global search, from the priors alone). `bootstrap` resamples of
+    `segment_s` segments check the intervals (fewer than 2: no check)."""
     if backend == "ray" and episode_paths is None:
         raise ValueError("backend 'ray' needs episode_paths: its workers load the episodes from them")
     wall0 = time.perf_counter()
@@ -574,40 +651,73 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
             upper.append(latency_max_s * 1e3)
         cand = _Candidates(tuple(nominal.items()), tuple(keys), tuple(logs), tuple(units), windowed=True)
         span = np.array(upper) - np.array(lower)  # CMA-ES steps in each coordinate by a share of its range
+        base = {k: v for k, v in fixed.items() if k != "latency_s"}
+        pooled = 0  # rollouts the workers ran
+        free = names + (["latency_s"] if estimate_latency else [])
+        held = {**base, "latency_s": fixed["latency_s"]} if not estimate_latency else dict(base)
+
+        def descend(start: dict[str, float]) -> _Start:
+            """Least squares on the model parameters and the latency together, from `start`: the
+            setpoints are interpolated between physics steps, so the cost is smooth in the
+            latency too, and fitting it alone, the model held, left kp to make up for the rest."""
+            values, _ = _least_squares(evaluator, free, start, held, max_iters)
+            latency = values.pop("latency_s", fixed.get("latency_s", 0.0))
+            return _Start(values, latency, evaluator.cost({**base, **values, "latency_s": latency}))
+
+        # 2. Least squares from several starts: CMA-ES's best, the priors (with the offset's
+        #    estimate) and points drawn across the box. One start can end in a valley; the best of
+        #    several rarely does, and where starts that end as well disagree, the data cannot tell
+        #    their values apart.
         if global_iterations > 0:
             best, _, hist = cma_search(costs(cand), x0, 0.15 * float(span.max()), (lower, upper),
                                        iterations=global_iterations, popsize=10, stds=list(span / span.max()))
-        else:  # no global search: least squares from the priors (a smooth problem, a good start)
-            best, hist = x0, []
-        history += hist
-        pooled = 10 * len(hist) if pool is not None else 0  # rollouts the workers ran
-        start = cand.values(best)
-        latency = start.pop("latency_s", fixed.get("latency_s", 0.0))
-        offset = latency
-        base = {k: v for k, v in fixed.items() if k != "latency_s"}
-        # 2. Least squares on the model parameters with the offset removed.
-        values, _ = _least_squares(evaluator, names, start, {**base, "latency_s": offset}, max_iters)
-        if estimate_latency:
-            # 3. The latency alone near the offset, the model held; least squares again if it moved.
-            lat = _Candidates(tuple({**base, **values}.items()), ("latency_s",), (False,), (1e-3,))
-            before = evaluator.cost({**base, **values, "latency_s": offset})
-            best, best_cost, hist = cma_search(costs(lat), [offset * 1e3], CMA_SIGMA_S * 1e3,
-                                               ([max(0.0, offset * 1e3 - 2.0)], [offset * 1e3 + 2.0]),
-                                               iterations=6, popsize=6)
-            history += hist
-            pooled += 6 * len(hist) if pool is not None else 0
-            if best_cost < before * (1 - 1e-3):
-                latency = float(best[0]) * 1e-3
-                values, _ = _least_squares(evaluator, names, values, {**base, "latency_s": latency}, max_iters)
+            history.extend(hist)
+            pooled += 10 * len(hist) if pool is not None else 0
+            rng = np.random.default_rng(seed)
+            points = [best, x0][:max(starts, 1)]
+            points += [list(map(float, rng.uniform(lower, upper))) for _ in range(starts - len(points))]
+        else:  # no global search: least squares from the priors (a smooth problem, a good start; from
+            # afar, contacts make the residual too rough for it)
+            points = [x0]
+        runs = [descend(cand.values(x)) for x in points]
+        chosen = min(runs, key=lambda r: r.cost)
+        values, latency = dict(chosen.values), chosen.latency_s
+        offset = cand.values(points[0]).get("latency_s", latency)  # the global stage's latency
         fit_names = names + (["latency_s"] if estimate_latency else [])
         evaluator.names = fit_names
         all_values = {**values, "latency_s": latency}
         cost_fitted = evaluator.cost({**base, **all_values})
         # The intervals at the latency found or held (a held latency is in neither names nor base).
-        half, corr, count = _intervals(evaluator, fit_names, all_values, {**base, "latency_s": latency})
+        half, corr, count, (J, r0, units) = _intervals(evaluator, fit_names, all_values, {**base, "latency_s": latency})
         # The cost's 95 % rise (chi-square, 1 degree of freedom, on the residuals' own variance):
         # what a parameter moved to the edge of its 95 % interval adds.
         needed = 0.5 * 3.84 * (2.0 * cost_fitted / max(count - len(fit_names), 1))
+        # Is the curvature's interval honest? A block bootstrap refits on resampled segments, and
+        # starts that ended as well as the best (within that rise) show what else the data allows.
+        # The interval reported is the widest of the three.
+        curvature = np.asarray(half, float)
+        resampled, segments = np.zeros(len(fit_names)), 0
+        if bootstrap >= 2:
+            ids = evaluator.residual_segments({**base, **all_values}, segment_s)
+            segments = len(np.unique(ids))
+            resampled = _bootstrap(J, r0, ids, bootstrap, seed) * units
+        agree = [r for r in runs if r.cost <= cost_fitted + max(needed, 1e-9 * (1.0 + cost_fitted))]
+        ends = np.array([[{**r.values, "latency_s": r.latency_s}[n] for n in fit_names] for r in agree])
+        spread = np.stack([ends.min(axis=0), ends.max(axis=0)], axis=1)
+        reached = np.max(np.abs(ends - np.array([all_values[n] for n in fit_names])), axis=0)
+        half = np.maximum(np.maximum(curvature, resampled), reached)
+
+        def honesty(i: int) -> str:
+            """What widened the curvature's interval, if anything."""
+            notes = []
+            if resampled[i] > curvature[i]:
+                notes.append(f"the curvature's +-{curvature[i]:.3g} does not survive a bootstrap over {segments} "
+                             f"segments (+-{resampled[i]:.3g})")
+            if reached[i] > max(curvature[i], resampled[i]):
+                notes.append(f"{len(agree)} of {len(runs)} starts fit as well between {spread[i, 0]:.4g} and "
+                             f"{spread[i, 1]:.4g}")
+            return "; ".join(notes)
+
         out = []
         for i, n in enumerate(names):
             info = rt.parameters.info(n)
@@ -625,20 +735,25 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
                 if not rise > max(needed, 1e-9 * (1.0 + cost_fitted)):
                     why = (f"moving it {IDENTIFIABLE_REL:.0%} either way raises the cost by {rise:.3g}, under the "
                            f"{needed:.3g} of a 95% interval: the data hardly depends on it (the curvature's "
-                           f"+-{half[i]:.3g} does not hold)")
+                           f"+-{curvature[i]:.3g} does not hold)")
             identifiable = not why
             partners = [fit_names[k] for k in range(len(fit_names)) if k != i and abs(corr[i, k]) > CORRELATED]
             if partners:  # still pinned down, but only jointly: an error in one shows up in the other
                 why = (why + "; " if why else "") + "correlated with " + ", ".join(partners)
+            widened = honesty(i)
+            if widened:
+                why = (why + "; " if why else "") + widened
             out.append(FittedParameter(n, info.nominal, value, float(half[i]), info.lower, info.upper, info.unit,
-                                       identifiable, why))
+                                       identifiable, why, interval_curvature=float(curvature[i]),
+                                       interval_bootstrap=float(resampled[i]),
+                                       spread=(float(spread[i, 0]), float(spread[i, 1]))))
         check = [c for c in check if c not in fit_names and c not in base]
         if check:
             # Intervals with the checked parameters free too: a parameter the data cannot tell from
             # the fitted ones (armature next to link inertia) gets an infinite or wide one.
             at = {**all_values, **rt.parameters.nominal(check)}
             evaluator.names = fit_names + check
-            half_c, corr_c, _ = _intervals(evaluator, fit_names + check, at, {**base, "latency_s": latency})
+            half_c, corr_c, _, _ = _intervals(evaluator, fit_names + check, at, {**base, "latency_s": latency})
             for i, n in enumerate(check, start=len(fit_names)):
                 info = rt.parameters.info(n)
                 why = "held at its prior, not fitted"
@@ -657,7 +772,10 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         return FitResult(offset, found.seconds if found else float("nan"), latency,
                          float(half[-1]) if estimate_latency else 0.0, out, cost_nominal, cost_fitted, max_iters,
                          evaluator.evaluations + win.evaluations + pooled, time.perf_counter() - wall0, workers, history,
-                         fixed=base)
+                         fixed=base, starts=[{"values": r.values, "latency_s": r.latency_s, "cost": r.cost}
+                                             for r in runs],
+                         agreeing_starts=len(agree), bootstrap_segments=segments,
+                         latency_note=honesty(len(fit_names) - 1) if estimate_latency else "")
     finally:
         if pool is not None:
             pool.close()
