@@ -55,8 +55,8 @@ def stack_process():
     """Start `r2s2r up STACK` as a subprocess; stopped (and checked to stop) after the test."""
     started = []
 
-    def start(stack, *params, env=None, pythonpath=()):
-        proc = StackProcess(stack, params, env=env, pythonpath=pythonpath)
+    def start(stack, *params, env=None, pythonpath=(), command=("up",)):
+        proc = StackProcess(stack, params, env=env, pythonpath=pythonpath, command=command)
         started.append(proc)
         return proc
     yield start

@@ -30,8 +30,8 @@ def own_context():
 class StackProcess:
     """`r2s2r up` in a subprocess, its output kept for assertions."""
 
-    def __init__(self, stack: str, params=(), env: dict | None = None, pythonpath=()):
-        args = [sys.executable, "-u", "-m", "r2s2r.cli", "up", str(stack)]
+    def __init__(self, stack: str, params=(), env: dict | None = None, pythonpath=(), command=("up",)):
+        args = [sys.executable, "-u", "-m", "r2s2r.cli", *command, str(stack)]
         for p in params:
             args += ["-p", p]
         env = {**os.environ, **(env or {})}

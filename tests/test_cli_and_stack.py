@@ -28,8 +28,9 @@ def test_robots_list_prints_every_registered_robot(capsys):
 def test_backends_and_tasks_list_print_each_plugin_and_where_it_comes_from(capsys):
     assert main(["backends", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["aloha", "flexiv", "franka", "rby1", "sim", "xarm"]
+    assert [line.split()[0] for line in lines] == ["aloha", "flexiv", "franka", "proxy", "rby1", "sim", "xarm"]
     assert "r2s2r.hardware.xarm:XArmHardware (r2s2r)" in lines[-1]
+    assert "r2s2r.real2sim.proxy_cell:ProxyHardware (r2s2r)" in lines[3]
     assert main(["tasks", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in lines] == [["aloha_cube_handover", "aloha"],

@@ -66,13 +66,14 @@ def test_every_plugin_is_registered_and_loads_what_its_kind_expects():
     from r2s2r.hardware.backends import backend_names, load_backend
     from r2s2r.hardware.base import Hardware, HardwareError
     from r2s2r.robots import RobotSpec, registry
-    assert backend_names() == ["aloha", "flexiv", "franka", "rby1", "sim", "xarm"]
+    assert backend_names() == ["aloha", "flexiv", "franka", "proxy", "rby1", "sim", "xarm"]
     for name in backend_names():
         hardware = load_backend(name)
         assert issubclass(hardware, Hardware) and hardware.backend == name
-        assert hardware.__module__ == f"r2s2r.hardware.{name}"
-    with pytest.raises(HardwareError, match="unknown backend 'kernels'; expected one of aloha, flexiv, franka, rby1, "
-                                            "sim, xarm"):
+        # The proxy-real cell is built from real2sim's pieces (the twin's parameters), so it lives there.
+        assert hardware.__module__ == ("r2s2r.real2sim.proxy_cell" if name == "proxy" else f"r2s2r.hardware.{name}")
+    with pytest.raises(HardwareError, match="unknown backend 'kernels'; expected one of aloha, flexiv, franka, proxy, "
+                                            "rby1, sim, xarm"):
         load_backend("kernels")
     # every module under hardware/ with a Hardware subclass of its own is registered
     defining = set()
@@ -80,7 +81,7 @@ def test_every_plugin_is_registered_and_loads_what_its_kind_expects():
         tree = ast.parse(path.read_text())
         if any(isinstance(n, ast.ClassDef) and any(ast.unparse(b) == "Hardware" for b in n.bases) for n in tree.body):
             defining.add(path.stem)
-    assert defining == set(backend_names())
+    assert defining == set(backend_names()) - {"proxy"}
     assert all(isinstance(spec, RobotSpec) and spec.name == name for name, spec in registry().items())
     assert {"franka_fr3", "flexiv_rizon4", "flexiv_rizon4_pre2024"} <= set(registry())
     assert task_names() == ["aloha_cube_handover", "franka_block_in_bowl", "franka_cup_in_microwave"]

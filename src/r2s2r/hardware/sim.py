@@ -70,6 +70,15 @@ class SimHardware(Hardware):
         self._grippers(gripper_openings, gripper_forces)
         self.twin.step_through(setpoints, steps_per_row)
 
+    def camera_effects(self, camera: str, rgb: np.ndarray) -> np.ndarray:
+        """The image as the cell's camera delivers it (a proxy cell's adds noise, blur, tints)."""
+        return rgb
+
+    def calibrated_view(self):
+        """The model and data whose cameras /tf_static publishes: where the calibration puts them
+        (the twin's own here; a proxy cell's cameras are rendered a little off it)."""
+        return self.twin
+
     @property
     def now(self) -> float:
         return self.twin.time if self.twin is not None else float("nan")  # nan: not connected

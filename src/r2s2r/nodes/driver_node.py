@@ -366,7 +366,7 @@ class DriverNode(Node):
         self.pub_description.publish(convert.string_msg(Path(self.robot.urdf_path).read_text()))
         static = fixed_transforms(self.robot) + [mount_transform(self.robot, WORLD)]
         if self.simulated:
-            static += camera_transforms(self.hardware.twin)
+            static += camera_transforms(self.hardware.calibrated_view())
         stamp = self.hardware.now + self.ros_time_offset  # a real robot's now is the host's monotonic clock
         self.pub_tf_static.publish(tf.tf_message(static, stamp if np.isfinite(stamp) else 0.0))
 
@@ -387,6 +387,7 @@ class DriverNode(Node):
         twin = self.hardware.twin
         try:
             for cam, rgb, depth in images:
+                rgb = self.hardware.camera_effects(cam, rgb)
                 frame = camera_optical_frame(cam)
                 self.pub_images[cam].publish(convert.image_msg(rgb, "rgb8", now, frame))
                 fx, fy, cx, cy = twin.camera_intrinsics(cam)

@@ -32,9 +32,11 @@ from r2s2r.config import ConfigError, load_yaml
 
 
 def _stack_robot(stack_path: str) -> tuple[str, str, list[str]]:
-    """(robot, namespace, cameras) of a stack's driver node."""
-    from r2s2r.stack import load_stack
-    stack = load_stack(stack_path)
+    """(robot, namespace, cameras) of a stack's driver node, or of a proxy cell's."""
+    from r2s2r.real2sim.proxy_cell import cell_stack
+    from r2s2r.stack import load_stack, parse_stack
+    cell = _proxy_cell(stack_path)
+    stack = parse_stack(cell_stack(cell), cell.source) if cell is not None else load_stack(stack_path)
     driver = next((n for n in stack.nodes if n.executable == "driver_node"), None)
     if driver is None:
         raise ConfigError(stack.source, "nodes", "a driver_node whose robot the recording is of")
@@ -48,12 +50,25 @@ def _stack_robot(stack_path: str) -> tuple[str, str, list[str]]:
     if not robot:
         raise ConfigError(stack.source, f"nodes.{driver.name}.parameters.robot", "the driver's robot")
     cameras = []
-    if params.get("backend", "sim") == "sim" and params.get("camera_rate_hz", 30.0) > 0:
+    if cell is not None and cell.camera_rate_hz > 0:
+        cameras = [c.name for c in cell.scene.all_cameras()]
+    elif params.get("backend", "sim") == "sim" and params.get("camera_rate_hz", 30.0) > 0:
         from r2s2r.sim.scene import Scene, load_scene
         scene = load_scene(params["scene"]) if params.get("scene") else Scene(robot=robot)
         cameras = [c.name for c in scene.all_cameras()]
     wanted = [c for c in params.get("cameras", []) if c]
     return robot, driver.namespace, wanted or cameras
+
+
+def _proxy_cell(path: str):
+    """The proxy cell `path` names (a cell file, or a name in config/proxy_cells/), or None for a stack."""
+    from r2s2r import paths
+    from r2s2r.real2sim.proxy_cell import CELLS_DIR, load_cell
+    resolved = paths.resolve(path)
+    if resolved.is_file():
+        data = load_yaml(resolved)
+        return load_cell(resolved) if isinstance(data, dict) and "nodes" not in data else None
+    return load_cell(path) if paths.resolve(f"{CELLS_DIR}/{path}.yaml").is_file() else None
 
 
 def _record(args) -> int:
@@ -242,10 +257,31 @@ def _variants(args) -> int:
     return 0
 
 
+def _proxy_up(args) -> int:
+    from r2s2r.real2sim.proxy_cell import cell_stack, load_cell
+    from r2s2r.stack import StackRunner, parse_stack
+    cell = load_cell(args.cell)
+    stack = parse_stack(cell_stack(cell, cameras=not args.no_cameras), cell.source,
+                        {"real_time_factor": args.real_time_factor})
+    print(f"proxy cell {cell.name} ({cell.source}): {cell.scene.robot}, backend proxy; its truth stays hidden",
+          flush=True)
+    return StackRunner(stack).run()
+
+
+def _proxy_list(args) -> int:
+    from r2s2r import paths
+    from r2s2r.real2sim.proxy_cell import CELLS_DIR, load_cell
+    for path in sorted(paths.resolve(CELLS_DIR).glob("*.yaml")):
+        cell = load_cell(path)
+        print(f"{cell.name:24s} {cell.task or cell.scene.source or '':22s} {cell.scene.robot}")
+    return 0
+
+
 def add_real2sim_parsers(sub) -> None:
-    """Register `record`, `reconstruct`, `align` and `variants` on the r2s2r command's subparsers."""
+    """Register `record`, `reconstruct`, `align`, `variants` and `proxy` on the r2s2r command's subparsers."""
     record = sub.add_parser("record", help="record a robot's episode into an MCAP ROS 2 bag")
-    record.add_argument("--stack", required=True, help="the stack whose robot is recorded (its driver's topics)")
+    record.add_argument("--stack", required=True,
+                        help="the stack whose robot is recorded (its driver's topics), or a proxy cell")
     record.add_argument("--out", required=True, help="the bag to write (EPISODE.mcap)")
     record.add_argument("--cameras", default=None, help="comma-separated cameras (default: the stack's)")
     record.add_argument("--duration", type=float, default=0.0, help="seconds (default: until Ctrl-C)")
@@ -281,6 +317,16 @@ def add_real2sim_parsers(sub) -> None:
     va.add_argument("--factors", default=None, help="comma-separated variant factors (default: all of them)")
     va.add_argument("--no-grasp", action="store_true", help="skip the grasp and release checks")
     va.set_defaults(func=_variants)
+
+    px = sub.add_parser("proxy", help="proxy-real cells: a stand-in for a real cell, served as a real robot's stack")
+    pxs = px.add_subparsers(dest="proxy_command", required=True)
+    up = pxs.add_parser("up", help="start a proxy-real cell's driver (Ctrl-C stops it)")
+    up.add_argument("cell", help="a proxy cell YAML, or the name of one in config/proxy_cells/")
+    up.add_argument("--no-cameras", action="store_true", help="publish no camera images")
+    up.add_argument("--real-time-factor", type=float, default=1.0, help="1 paces the cell to the wall clock")
+    up.set_defaults(func=_proxy_up)
+    ls = pxs.add_parser("list", help="the shipped proxy cells")
+    ls.set_defaults(func=_proxy_list)
 
 
 __all__ = ["add_real2sim_parsers", "write_fitted"]

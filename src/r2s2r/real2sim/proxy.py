@@ -171,19 +171,8 @@ class ProxyCell:
 
     # -- what makes it "real" ---------------------------------------------------------------------------
     def _offset_cameras(self, twin: Twin) -> None:
-        m = twin.model
         for cam, (dpos, drot) in self.hidden.camera_offsets.items():
-            i = m.camera(cam).id
-            if m.cam_bodyid[i] != 0:
-                raise ValueError(f"proxy cell: camera {cam} rides on a link; only world cameras are offset")
-            m.cam_pos[i] += np.asarray(dpos, float)
-            angle = float(np.linalg.norm(drot))
-            rot = np.eye(3)
-            if angle > 0:
-                quat = np.zeros(4)
-                mujoco.mju_axisAngle2Quat(quat, np.asarray(drot, float) / angle, angle)
-                rot = quat_to_matrix(quat)
-            m.cam_quat[i] = matrix_to_quat(rot @ quat_to_matrix(m.cam_quat[i]))
+            offset_camera(twin.model, cam, dpos, drot)
 
     def _noisy(self, sample: JointSample, rng) -> JointSample:
         h = self.hidden
@@ -203,6 +192,23 @@ class ProxyCell:
                 bag.depth(cam, d, stamp, RECORDER_CLOCK_S + twin.time + IMAGE_TRANSPORT_S)
         for name, pose in twin.object_poses().items():
             truth.object_poses[name].append(pose)
+
+
+def offset_camera(m: mujoco.MjModel, camera: str, dpos, drot) -> None:
+    """Move a camera fixed in the cell by `dpos` (m) and turn it by the rotation vector `drot`
+    (rad), both in the frame it is fixed to (the world, or a frame welded to it): a camera a
+    little off its calibration."""
+    i = m.camera(camera).id
+    if m.body_weldid[m.cam_bodyid[i]] != 0:
+        raise ValueError(f"proxy cell: camera {camera} rides on a link; only cameras fixed in the cell are offset")
+    m.cam_pos[i] += np.asarray(dpos, float)
+    angle = float(np.linalg.norm(drot))
+    rot = np.eye(3)
+    if angle > 0:
+        quat = np.zeros(4)
+        mujoco.mju_axisAngle2Quat(quat, np.asarray(drot, float) / angle, angle)
+        rot = quat_to_matrix(quat)
+    m.cam_quat[i] = matrix_to_quat(rot @ quat_to_matrix(m.cam_quat[i]))
 
 
 # -- scripted episodes ---------------------------------------------------------------------------------------
@@ -350,4 +356,4 @@ def excitation_script(robot, duration: float = 3.0, amplitude: float = 0.25, rat
     return cmds
 
 
-__all__ = ["ProxyCell", "excitation_script", "push_script", "Hidden", "Truth", "ScriptCommand", "grasp_lift_script", "camera_calibration", "camera_pose"]
+__all__ = ["ProxyCell", "offset_camera", "excitation_script", "push_script", "Hidden", "Truth", "ScriptCommand", "grasp_lift_script", "camera_calibration", "camera_pose"]
