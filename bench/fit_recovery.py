@@ -1,13 +1,17 @@
 """Does the fit find the hidden values, and do its intervals cover them? Over independent recordings.
 
-For each proxy-real cell (real2sim.proxy: hidden gains, damping, friction loss and latency), records
+For each proxy-real cell, records
 `--recordings` excitation episodes, each with its own excitation and sensor noise, fits the arm on
 each (`real2sim.sysid.fit`, as `r2s2r align --fit` does) and prints, per parameter: in how many
 runs it was reported identifiable, the worst relative error of those, and in how many the
 reported 95 % interval covered the hidden value. The latency's truth is on the episode's time
 base: the hidden latency plus the 1 ms by which a joint state lags the physics it describes.
 
-Usage: python bench/fit_recovery.py [--recordings 10] [--workers 2] [--starts 3]
+Cells: two whose only difference from the twin is its parameter values and sensor noise
+(real2sim.proxy.Hidden), and the Franka cells of config/proxy_cells/, which add what the twin
+cannot express (quantised encoders, backlash, a compliant gripper; real2sim.proxy_cell).
+
+Usage: python bench/fit_recovery.py [--recordings 10] [--workers 2] [--starts 3] [--cells NAME ...]
 """
 
 import argparse
@@ -21,6 +25,7 @@ import numpy as np
 
 from r2s2r.data.episode import load_episode
 from r2s2r.real2sim.proxy import Hidden, ProxyCell, excitation_script
+from r2s2r.real2sim.proxy_cell import load_cell
 from r2s2r.real2sim.sysid import fit
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import load_scene
@@ -34,6 +39,7 @@ CELLS = {
                          "latency_s": 0.012},
 }
 STATE_LAG_S = 0.001
+FILE_CELLS = ["block_in_bowl_worn", "block_in_bowl_stiff", "block_in_bowl_laggy"]
 
 
 def main() -> None:
@@ -41,19 +47,24 @@ def main() -> None:
     parser.add_argument("--recordings", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--starts", type=int, default=3)
-    parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
+    parser.add_argument("--cells", nargs="+", default=list(CELLS) + FILE_CELLS, choices=list(CELLS) + FILE_CELLS)
     args = parser.parse_args()
-    scene = load_scene("config/real2sim/proxy_cell.yaml")
-    robot = get_robot(scene.robot)
     print(f"{platform.processor() or platform.machine()}, {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         for cell_name in args.cells:
-            hidden = CELLS[cell_name]
+            if cell_name in CELLS:
+                hidden = CELLS[cell_name]
+                scene = load_scene("config/real2sim/proxy_cell.yaml")
+            else:
+                config = load_cell(cell_name)
+                hidden, scene = dict(config.hidden), config.scene
+            robot = get_robot(scene.robot)
             runs, walls = [], []
             for k in range(args.recordings):
                 path = Path(tmp) / f"{cell_name}_{k}.mcap"
-                ProxyCell(scene, Hidden(values=hidden), seed=100 + k).record(
-                    excitation_script(robot, 3.0, seed=100 + k), path, 3.2)
+                cell = (ProxyCell(scene, Hidden(values=hidden), seed=100 + k) if cell_name in CELLS
+                        else ProxyCell.from_config(config, seed=100 + k))
+                cell.record(excitation_script(robot, 3.0, seed=100 + k), path, 3.2)
                 t0 = time.perf_counter()
                 result = fit(scene, [load_episode(path)], NAMES, workers=args.workers, episode_paths=[str(path)],
                              use=("position", "velocity", "effort"), starts=args.starts)

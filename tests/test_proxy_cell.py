@@ -144,3 +144,19 @@ def test_proxy_up_serves_the_cell_over_dds_and_it_records_as_a_real_cell(stack_p
     assert len(episode.joints.times) > 100 and len(episode.cameras["scene"].rgb_times) >= 5
     recorded = episode.joints.position[:, episode.joints.columns(names)] / cell.effects.encoder_resolution
     assert np.allclose(recorded, np.round(recorded), atol=1e-6)
+
+
+def test_a_fit_on_a_cell_the_twin_cannot_follow_says_so(tmp_path):
+    # Backlash and quantised encoders: no parameter of the twin reproduces them, the misfit is
+    # correlated in time, and the fit must not present its values as the cell's own.
+    from r2s2r.data.episode import load_episode
+    from r2s2r.real2sim.proxy import ProxyCell, excitation_script
+    from r2s2r.real2sim.sysid import fit
+    cell = load_cell("block_in_bowl_laggy")
+    path = tmp_path / "excitation.mcap"
+    ProxyCell.from_config(cell, seed=5).record(excitation_script(get_robot("franka_fr3"), 2.0, seed=5), path, 2.2)
+    result = fit(cell.scene, [load_episode(path)], ["arm.kp_scale", "arm.damping_scale"], global_iterations=4,
+                 use=("position", "velocity", "effort"), starts=2)
+    assert "cannot follow this cell" in result.adequacy
+    assert any("does not survive a bootstrap" in p.why for p in result.parameters)
+    assert all(p.interval >= 1.5 * p.interval_curvature for p in result.parameters)

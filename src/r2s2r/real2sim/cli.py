@@ -22,6 +22,7 @@ space's `kind: variant` factor draws trials' scenes from that pool.yaml.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -196,6 +197,8 @@ def _align(args) -> int:
                       markers=markers or None, check=check)
         fitted = arm_fit
         values = arm_fit.values
+        if arm_fit.adequacy:
+            print(f"warning: {arm_fit.adequacy}", file=sys.stderr)
         moved = [t.name for t in tracks if _handled(t, episode)]
         if moved:
             object_names = [f"{n}.{k}" for n in moved for k in ("mass", "friction")]

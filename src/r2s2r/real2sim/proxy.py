@@ -16,14 +16,14 @@ objects' poses at every camera frame, the true camera poses.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import mujoco
 import numpy as np
 
-from r2s2r.camera.geometry import MUJOCO_TO_OPTICAL, matrix_to_quat, quat_to_matrix
+from r2s2r.camera.geometry import MUJOCO_TO_OPTICAL
 from r2s2r.camera.info import CameraCalibration
 from r2s2r.contract.types import JointSample
 from r2s2r.data.episode import EpisodeWriter
@@ -31,6 +31,8 @@ from r2s2r.hardware.driver import Driver, send_script_command
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.real2sim.markers import Marker, add_markers
 from r2s2r.real2sim.params import TwinParameters
+from r2s2r.real2sim.proxy_cell import ProxyCellConfig, ProxyHardware, offset_camera
+from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin, build_scene_spec
 from r2s2r.skills.ik import ArmIK
@@ -90,11 +92,21 @@ def camera_pose(model: mujoco.MjModel, data: mujoco.MjData, camera: str) -> np.n
 
 
 class ProxyCell:
-    def __init__(self, scene: Scene, hidden: Hidden, markers: Mapping[str, Marker] | None = None, seed: int = 0):
+    def __init__(self, scene: Scene, hidden: Hidden, markers: Mapping[str, Marker] | None = None, seed: int = 0,
+                 config: ProxyCellConfig | None = None):
+        """`config`: record a proxy cell file's cell (real2sim.proxy_cell: its hidden values and its
+        effects, through ProxyHardware) instead of `hidden` (markers are not added to it)."""
         self.scene = scene
         self.hidden = hidden
         self.markers = dict(markers or {})
         self.seed = seed
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: ProxyCellConfig, seed: int | None = None) -> "ProxyCell":
+        from dataclasses import replace
+        config = config if seed is None else replace(config, seed=seed)
+        return cls(config.scene, Hidden(values=dict(config.hidden)), seed=config.seed, config=config)
 
     def _spec(self) -> mujoco.MjSpec:
         spec = build_scene_spec(self.scene)
@@ -110,15 +122,23 @@ class ProxyCell:
         Cameras record RGB (and depth) at `frame_rate_hz` from the start; `calibration_frames`
         frames are taken before the first command, while the scene is at rest."""
         rng = np.random.default_rng(self.seed if seed is None else seed)
-        twin = Twin(self.scene, seed=self.seed, spec=self._spec())
-        params = TwinParameters(twin.model, twin.robot, self.scene.objects)
-        params.prepare(twin.model)
-        params.apply(twin.model, self.hidden.values)
-        self._offset_cameras(twin)
-        twin.reset()
-        twin.set_command_latency(float(self.hidden.values.get("latency_s", 0.0)))  # hidden, like the rest
-        driver = Driver(SimHardware.from_twin(twin, reset=False))  # the cell as set up above
-        driver.start()
+        if self.config is not None:  # the cell file's truth and effects, as the proxy backend serves them
+            hardware = ProxyHardware(get_robot(self.scene.robot), {"cell": self.config})
+            driver = Driver(hardware)
+            driver.start()
+            twin = hardware.twin
+            measure, look = hardware.read, hardware.camera_effects
+        else:
+            twin = Twin(self.scene, seed=self.seed, spec=self._spec())
+            params = TwinParameters(twin.model, twin.robot, self.scene.objects)
+            params.prepare(twin.model)
+            params.apply(twin.model, self.hidden.values)
+            self._offset_cameras(twin)
+            twin.reset()
+            twin.set_command_latency(float(self.hidden.values.get("latency_s", 0.0)))  # hidden, like the rest
+            driver = Driver(SimHardware.from_twin(twin, reset=False))  # the cell as set up above
+            driver.start()
+            measure, look = (lambda: self._noisy(twin.joint_sample(), rng)), (lambda cam, rgb: rgb)
         loop = driver.loop
         robot = twin.robot
         state_every = max(1, int(round(loop.rate_hz / robot.state_rate_hz)))
@@ -149,9 +169,11 @@ class ProxyCell:
                             bag.gripper(c.target, c.values[0], stamp)
                         send_script_command(driver, c)
                     if cycle % state_every == 0:
-                        bag.joint_sample(self._noisy(twin.joint_sample(), rng), RECORDER_CLOCK_S + now + STATE_TRANSPORT_S)
+                        sample = measure()  # the robot stamps its states on its own clock
+                        bag.joint_sample(replace(sample, stamp=ROBOT_CLOCK_S + sample.stamp),
+                                         RECORDER_CLOCK_S + now + STATE_TRANSPORT_S)
                     if frame_every and cycle % frame_every == 0:
-                        self._frames(bag, twin, renderer, cameras, depth, rng, truth)
+                        self._frames(bag, twin, renderer, cameras, depth, rng, truth, look)
                         frame_times.append(now)
                     if cycle % 500 == 0:
                         bag.diagnostics("driver", 0, "ok", {"backend": "proxy", "cycle": cycle}, ROBOT_CLOCK_S + now,
@@ -177,38 +199,21 @@ class ProxyCell:
     def _noisy(self, sample: JointSample, rng) -> JointSample:
         h = self.hidden
         n = len(sample.names)
-        return JointSample(ROBOT_CLOCK_S + sample.stamp, sample.names,
+        return JointSample(sample.stamp, sample.names,
                            sample.position + rng.normal(0, h.position_noise, n),
                            sample.velocity + rng.normal(0, h.velocity_noise, n),
                            sample.effort + rng.normal(0, h.effort_noise, n))
 
-    def _frames(self, bag, twin, renderer, cameras, depth, rng, truth) -> None:
+    def _frames(self, bag, twin, renderer, cameras, depth, rng, truth, look) -> None:
         stamp = ROBOT_CLOCK_S + twin.time
         for cam in cameras:
             w, h = twin.camera_resolution(cam)
-            bag.image(cam, renderer.rgb(cam), stamp, RECORDER_CLOCK_S + twin.time + IMAGE_TRANSPORT_S)
+            bag.image(cam, look(cam, renderer.rgb(cam)), stamp, RECORDER_CLOCK_S + twin.time + IMAGE_TRANSPORT_S)
             if depth:
                 d = renderer.depth(cam) + rng.normal(0, self.hidden.depth_noise, (h, w))
                 bag.depth(cam, d, stamp, RECORDER_CLOCK_S + twin.time + IMAGE_TRANSPORT_S)
         for name, pose in twin.object_poses().items():
             truth.object_poses[name].append(pose)
-
-
-def offset_camera(m: mujoco.MjModel, camera: str, dpos, drot) -> None:
-    """Move a camera fixed in the cell by `dpos` (m) and turn it by the rotation vector `drot`
-    (rad), both in the frame it is fixed to (the world, or a frame welded to it): a camera a
-    little off its calibration."""
-    i = m.camera(camera).id
-    if m.body_weldid[m.cam_bodyid[i]] != 0:
-        raise ValueError(f"proxy cell: camera {camera} rides on a link; only cameras fixed in the cell are offset")
-    m.cam_pos[i] += np.asarray(dpos, float)
-    angle = float(np.linalg.norm(drot))
-    rot = np.eye(3)
-    if angle > 0:
-        quat = np.zeros(4)
-        mujoco.mju_axisAngle2Quat(quat, np.asarray(drot, float) / angle, angle)
-        rot = quat_to_matrix(quat)
-    m.cam_quat[i] = matrix_to_quat(rot @ quat_to_matrix(m.cam_quat[i]))
 
 
 # -- scripted episodes ---------------------------------------------------------------------------------------
@@ -356,4 +361,4 @@ def excitation_script(robot, duration: float = 3.0, amplitude: float = 0.25, rat
     return cmds
 
 
-__all__ = ["ProxyCell", "offset_camera", "excitation_script", "push_script", "Hidden", "Truth", "ScriptCommand", "grasp_lift_script", "camera_calibration", "camera_pose"]
+__all__ = ["ProxyCell", "excitation_script", "push_script", "Hidden", "Truth", "ScriptCommand", "grasp_lift_script", "camera_calibration", "camera_pose"]

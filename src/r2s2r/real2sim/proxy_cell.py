@@ -29,6 +29,7 @@ import mujoco
 import numpy as np
 
 from r2s2r import paths
+from r2s2r.camera.geometry import matrix_to_quat, quat_to_matrix
 from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.contract.types import JointCommand, JointSample
 from r2s2r.hardware.base import HardwareError
@@ -146,11 +147,27 @@ def load_cell(path: str | Path) -> ProxyCellConfig:
                            top.number("camera_rate_hz", 10.0, minimum=0.1))
 
 
+def offset_camera(m: mujoco.MjModel, camera: str, dpos, drot) -> None:
+    """Move a camera fixed in the cell by `dpos` (m) and turn it by the rotation vector `drot`
+    (rad), both in the frame it is fixed to (the world, or a frame welded to it): a camera a
+    little off its calibration."""
+    i = m.camera(camera).id
+    if m.body_weldid[m.cam_bodyid[i]] != 0:
+        raise ValueError(f"proxy cell: camera {camera} rides on a link; only cameras fixed in the cell are offset")
+    m.cam_pos[i] += np.asarray(dpos, float)
+    angle = float(np.linalg.norm(drot))
+    rot = np.eye(3)
+    if angle > 0:
+        quat = np.zeros(4)
+        mujoco.mju_axisAngle2Quat(quat, np.asarray(drot, float) / angle, angle)
+        rot = quat_to_matrix(quat)
+    m.cam_quat[i] = matrix_to_quat(rot @ quat_to_matrix(m.cam_quat[i]))
+
+
 def build_twin(cell: ProxyCellConfig):
     """The cell's twin, truth applied, and a view of its cameras where the calibration says they
     are (what /tf_static publishes): (twin, view with .model and .data)."""
     from r2s2r.real2sim.params import TwinParameters
-    from r2s2r.real2sim.proxy import offset_camera
     from r2s2r.sim.twin import Twin
     twin = Twin(cell.scene, seed=cell.seed)
     m = twin.model
@@ -183,8 +200,8 @@ class ProxyHardware(SimHardware):
         if not cell_path:
             raise HardwareError("backend 'proxy' needs the setting proxy.cell: a proxy cell file "
                                 f"({CELLS_DIR}/<name>.yaml, docs/real2sim.md)")
-        try:
-            self.cell = load_cell(cell_path)
+        try:  # a loaded cell too, for in-process recordings (real2sim.proxy.ProxyCell.from_config)
+            self.cell = cell_path if isinstance(cell_path, ProxyCellConfig) else load_cell(cell_path)
         except ConfigError as error:
             raise HardwareError(f"proxy.cell: {error}") from None
         if self.cell.scene.robot != robot.name:
@@ -263,4 +280,4 @@ def cell_stack(cell: ProxyCellConfig, cameras: bool = True) -> dict:
                                                       "parameters": parameters, "on_exit": "stop"}]}
 
 
-__all__ = ["CameraEffects", "CellEffects", "ProxyCellConfig", "ProxyHardware", "build_twin", "cell_stack", "load_cell"]
+__all__ = ["offset_camera", "CameraEffects", "CellEffects", "ProxyCellConfig", "ProxyHardware", "build_twin", "cell_stack", "load_cell"]

@@ -105,6 +105,8 @@ def write_report(out_dir: str | Path, episode: str, before, after=None, fit=None
                     f"{rep.get('agreeing_starts', 1)} of {len(rep.get('starts', [])) or 1} least-squares starts "
                     f"ended as well as the best; the intervals are the widest of the curvature's, a block "
                     f"bootstrap's over {rep.get('bootstrap_segments', 0)} segments and the starts' spread.</p>")
+        if rep.get("adequacy"):
+            body.append(f"<p><b>Warning:</b> {html.escape(rep['adequacy'])}.</p>")
         body.append(_table([[p["name"], _fmt(p["nominal"]),
                              _fmt(p["value"]) if p.get("fitted", True) else "not fitted", _fmt(p["ci95"]),
                              _fmt(p.get("ci95_curvature", float("nan"))), _fmt(p.get("ci95_bootstrap", float("nan"))),

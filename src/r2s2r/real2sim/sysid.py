@@ -71,6 +71,7 @@ from r2s2r.real2sim.replay import ReplayTwin, Setpoints, setpoints
 
 IDENTIFIABLE_REL = 0.25
 CORRELATED = 0.995
+ADEQUATE_RATIO = 2.0  # bootstrap over curvature interval (median) above which the model is flagged
 # Expected misfit of each residual block (its weight is 1 / sigma).
 SIGMA = {"position": 5e-4, "velocity": 0.02, "effort": 0.5, "finger": 2e-4, "object": 0.003}
 
@@ -443,6 +444,7 @@ class FitResult:
     agreeing_starts: int = 1  # how many ended as well as the best (within a 95 % interval's rise)
     bootstrap_segments: int = 0  # segments the block bootstrap resampled (0: none)
     latency_note: str = ""  # what widened the latency's interval, if anything
+    adequacy: str = ""  # a warning when the misfit says the twin's model cannot follow the cell
 
     @property
     def values(self) -> dict[str, float]:
@@ -454,6 +456,7 @@ class FitResult:
                 "latency_ci95": self.latency_ci, "cost_nominal": self.cost_nominal,
                 "cost_fitted": self.cost_fitted, "iterations": self.iterations, "evaluations": self.evaluations,
                 "wall_s": self.wall_s, "workers": self.workers, "latency_note": self.latency_note,
+                "adequacy": self.adequacy,
                 "starts": self.starts, "agreeing_starts": self.agreeing_starts,
                 "bootstrap_segments": self.bootstrap_segments,
                 "parameters": [{"name": p.name, "nominal": p.nominal, "value": p.value, "ci95": p.interval,
@@ -707,6 +710,16 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         reached = np.max(np.abs(ends - np.array([all_values[n] for n in fit_names])), axis=0)
         half = np.maximum(np.maximum(curvature, resampled), reached)
 
+        # A misfit correlated in time means the twin cannot follow the cell (play, quantisation,
+        # compliance it has no parameter for): its values are then its best approximation, which
+        # can differ from the cell's own by more than any interval says.
+        ratio = float(np.median(resampled / np.maximum(curvature, 1e-300))) if segments else 0.0
+        adequacy = ""
+        if ratio > ADEQUATE_RATIO:
+            adequacy = (f"the misfit is correlated in time (the bootstrap's intervals are {ratio:.1f} times the "
+                        f"curvature's): the twin's model cannot follow this cell, and its values are its best "
+                        f"approximation, which may differ from the cell's own by more than their intervals")
+
         def honesty(i: int) -> str:
             """What widened the curvature's interval, if anything."""
             notes = []
@@ -774,7 +787,7 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
                          evaluator.evaluations + win.evaluations + pooled, time.perf_counter() - wall0, workers, history,
                          fixed=base, starts=[{"values": r.values, "latency_s": r.latency_s, "cost": r.cost}
                                              for r in runs],
-                         agreeing_starts=len(agree), bootstrap_segments=segments,
+                         agreeing_starts=len(agree), bootstrap_segments=segments, adequacy=adequacy,
                          latency_note=honesty(len(fit_names) - 1) if estimate_latency else "")
     finally:
         if pool is not None:
