@@ -1,4 +1,5 @@
-"""Statistics against hand-computed values: Wilson intervals, McNemar, Holm, rank agreement (MMRV)."""
+"""Statistics against hand-computed values: Wilson intervals, McNemar, Holm, rank agreement (MMRV),
+the failure-stage distance."""
 
 import math
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from r2s2r.eval.stats import (agreement, holm, mcnemar_exact, mmrv, pearson, rank_checkpoints, spearman,
-                              two_proportion_z, wilson)
+                              stage_distance, two_proportion_z, wilson)
 
 
 def test_wilson_intervals_match_hand_computed_values():
@@ -73,3 +74,15 @@ def test_rank_agreement_matches_hand_computed_values():
         agreement({"a": 0.1, "d": 0.2}, {"a": 0.3})
     with pytest.raises(ValueError, match="one entry per checkpoint"):
         mmrv([0.1, 0.2], [0.3])
+
+
+def test_stage_distance_against_hand_computed_values():
+    # sim: success 6, grasp 3, place 1 (of 10); real: success 2, grasp 1, lift 1 (of 4)
+    # shares: success .6/.5, grasp .3/.25, place .1/0, lift 0/.25 -> (.1 + .05 + .1 + .25) / 2 = .25
+    sim = {"success": 6, "grasp": 3, "place": 1}
+    real = {"success": 2, "grasp": 1, "lift": 1}
+    assert stage_distance(sim, real) == pytest.approx(0.25)
+    assert stage_distance(sim, {k: 3 * v for k, v in sim.items()}) == 0.0  # the same shares
+    assert stage_distance({"success": 5}, {"grasp": 2}) == 1.0
+    with pytest.raises(ValueError, match="real: trial counts per stage"):
+        stage_distance(sim, {"grasp": 0})

@@ -191,5 +191,19 @@ def agreement(sim: Mapping[str, float], real: Mapping[str, float]) -> dict[str, 
     return {"pearson": pearson(s, r), "spearman": spearman(s, r), "mmrv": mmrv(s, r), "checkpoints": len(names)}
 
 
+def stage_distance(sim: Mapping[str, int], real: Mapping[str, int]) -> float:
+    """Total variation distance between two distributions of trial outcomes by stage (the stage a
+    failure happened in, or success): half the summed absolute difference of their shares, 0
+    when both fail alike, 1 when they share no stage. `sim` and `real` count trials per stage."""
+    stages = sorted(set(sim) | set(real))
+    counts = [np.array([float(side.get(k, 0)) for k in stages]) for side in (sim, real)]
+    for name, c in zip(("sim", "real"), counts):
+        if (c < 0).any() or not np.isfinite(c).all() or c.sum() <= 0:
+            raise ValueError(f"{name}: trial counts per stage, none negative and at least one trial; got "
+                             f"{dict(zip(stages, c.tolist()))}")
+    p, q = (c / c.sum() for c in counts)
+    return float(0.5 * np.abs(p - q).sum())
+
+
 __all__ = ["Rate", "wilson", "mcnemar_exact", "two_proportion_z", "holm", "Comparison", "Ranking",
-           "rank_checkpoints", "pearson", "spearman", "mmrv", "agreement", "Z95"]
+           "rank_checkpoints", "pearson", "spearman", "mmrv", "agreement", "stage_distance", "Z95"]
