@@ -9,6 +9,9 @@ and camera poses a few millimetres and degrees off their calibration. It records
 `EpisodeWriter`, the writer the recorder node uses, with the recorder's clock apart from the
 robot's.
 
+A proxy cell file's cell (`ProxyCell.from_config`, real2sim.proxy_cell) is recorded the same
+way, through ProxyHardware, with the effects outside the twin's model class that the file adds.
+
 `truth` of a recording keeps what a test compares against and the pipeline never reads: the
 objects' poses at every camera frame, the true camera poses.
 """
@@ -104,7 +107,7 @@ class ProxyCell:
 
     @classmethod
     def from_config(cls, config: ProxyCellConfig, seed: int | None = None) -> "ProxyCell":
-        from dataclasses import replace
+        """A cell file's cell, recorded in-process; `seed` replaces its noise's seed."""
         config = config if seed is None else replace(config, seed=seed)
         return cls(config.scene, Hidden(values=dict(config.hidden)), seed=config.seed, config=config)
 
