@@ -5,6 +5,7 @@ their weak spots are, and give the same outcome bit for bit for the same trial."
 import numpy as np
 import pytest
 
+from r2s2r.config import ConfigError
 from r2s2r.eval.tasks import load_task
 from r2s2r.policy import Observation, PolicyError, PolicyMetadata, load_policy
 from r2s2r.robots import get_robot
@@ -132,3 +133,31 @@ def test_the_same_trial_gives_the_same_outcome_bit_for_bit(nominal):
     assert first.policy.log.entries == again.policy.log.entries
     # And a different trial does differ: the perturbation is really applied.
     assert first.outcome.margin != nominal["franka_block_in_bowl"].outcome.margin
+
+
+def test_the_study_policies_load_and_a_grasp_offset_beyond_the_block_is_refused(tmp_path):
+    from pathlib import Path
+    study = sorted(Path("config/policies/block_in_bowl_study").glob("*.yaml"))
+    assert len(study) >= 6
+    for path in study:
+        assert load_policy(str(path)).metadata.name
+    bad = tmp_path / "deep.yaml"
+    bad.write_text("uri: scripted:franka_block_in_bowl\nparams: {grasp_offset: 0.04}\n")
+    with pytest.raises((PolicyError, ConfigError), match="grasp_offset"):
+        load_policy(str(bad))
+
+
+def test_a_shallower_grasp_closes_the_fingers_higher_on_the_block(tmp_path):
+    task = TASKS["franka_block_in_bowl"]
+    above = {}
+    for offset in (0.0, 0.018):
+        path = tmp_path / f"offset_{offset}.yaml"
+        path.write_text(f"uri: scripted:franka_block_in_bowl\nparams: {{grasp_offset: {offset}}}\n")
+        # When the fingers start to close; then the same trial (deterministic) stopped just after.
+        entries = run_trial(task, policy=load_policy(str(path)), control_rate_hz=250.0,
+                            time_limit_s=6.0).policy.log.entries
+        closing = next(t for t, stage in entries if stage == "grasp")
+        trial = run_trial(task, policy=load_policy(str(path)), control_rate_hz=250.0, time_limit_s=closing + 0.2)
+        tcp = trial.twin.data.site("arm_tcp").xpos
+        above[offset] = tcp[2] - trial.twin.object_poses()["block"][0][2]
+    assert above[0.018] - above[0.0] == pytest.approx(0.018, abs=0.004), above

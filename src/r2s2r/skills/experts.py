@@ -14,8 +14,9 @@ and deliberate, the first targets of failure search:
 
 Parameters (all optional): `speed` (m/s, average TCP speed), `control_rate_hz`,
 `chunk_length`, `squeeze` (m the grip closes past the nominal width), `grasp_retries` (how
-often a failed grasp is tried again, default 0), `task` (name or path of the task whose
-nominal geometry is used; default the expert's own).
+often a failed grasp is tried again, default 0), `grasp_offset` (franka_block_in_bowl: m above
+the object's centre the fingers close at; more is a shallower grasp), `task` (name or path of
+the task whose nominal geometry is used; default the expert's own).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from r2s2r.skills.ik import quat_to_mat
 from r2s2r.skills.stages import Follow, Grip, Hold, Move, Pose, StageExpert, Verify, top_down, yaw_of
 
 CHUNK = 2
-_KEYS = {"speed", "control_rate_hz", "chunk_length", "squeeze", "grasp_retries", "task"}
+_KEYS = {"speed", "control_rate_hz", "chunk_length", "squeeze", "grasp_retries", "grasp_offset", "task"}
 
 
 def _metadata(task: Task, params: Section, name: str) -> PolicyMetadata:
@@ -72,6 +73,7 @@ def block_in_bowl_expert(task: Task, params: Section, name: str) -> StageExpert:
     rot = top_down(yaw)
     squeeze = params.number("squeeze", 0.01, minimum=0.0)
     retries = params.integer("grasp_retries", 0, minimum=0)
+    offset = params.number("grasp_offset", 0.0, minimum=-obj.half_height, maximum=obj.half_height)
     grip = _squeezed(_width_across_fingers(obj, yaw), squeeze, gripper)
     lift, hover = 0.15, 0.12
 
@@ -81,7 +83,7 @@ def block_in_bowl_expert(task: Task, params: Section, name: str) -> StageExpert:
     def at_object(e, obs):
         pos = e.object(obs, obj_name)[0]
         e.memory["grasp_z"] = pos[2]
-        return Pose(pos.copy(), rot)
+        return Pose(pos + [0, 0, offset], rot)
 
     def lifted(e, obs):
         return e.arms[arm].pose.moved(dz=lift)
