@@ -59,7 +59,7 @@ def main() -> None:
                 config = load_cell(cell_name)
                 hidden, scene = dict(config.hidden), config.scene
             robot = get_robot(scene.robot)
-            runs, walls = [], []
+            runs, walls, warned = [], [], 0
             for k in range(args.recordings):
                 path = Path(tmp) / f"{cell_name}_{k}.mcap"
                 cell = (ProxyCell(scene, Hidden(values=hidden), seed=100 + k) if cell_name in CELLS
@@ -72,12 +72,14 @@ def main() -> None:
                 row = {p.name: (p.value, p.interval, p.identifiable) for p in result.parameters}
                 row["latency_s"] = (result.latency_s, result.latency_ci, True)
                 runs.append(row)
+                warned += bool(result.adequacy)
                 print(f"  {cell_name} recording {k}: {walls[-1]:.0f} s, {result.agreeing_starts} of "
                       f"{len(result.starts)} starts agree, " + ", ".join(
                           f"{n.split('.')[-1]} {v:.4g} +- {h:.2g}{'' if ok else ' (not identifiable)'}"
                           for n, (v, h, ok) in row.items()), flush=True)
             print(f"{cell_name}: {args.recordings} recordings, fit {np.mean(walls):.0f} s each on "
-                  f"{args.workers} workers ({args.starts} starts)")
+                  f"{args.workers} workers ({args.starts} starts); warned that the twin cannot follow the cell in "
+                  f"{warned} of {args.recordings}")
             prior = dict(zip(NAMES, [1.0, 1.0, 1.0, 0.0]))
             for name in NAMES + ["latency_s"]:
                 truth = hidden.get(name, prior.get(name)) + (STATE_LAG_S if name == "latency_s" else 0.0)
@@ -85,10 +87,11 @@ def main() -> None:
                 if not ident:
                     print(f"  {name:18s} hidden {truth:.4g}: never reported identifiable")
                     continue
-                worst = max(abs(v - truth) / max(abs(truth), 1e-9) for v, _ in ident)
+                worst = max(abs(v - truth) for v, _ in ident)
+                error = f"{100 * worst / abs(truth):.2f} %" if truth else f"{worst:.3g} (absolute)"
                 covered = sum(abs(v - truth) <= h for v, h in ident)
                 print(f"  {name:18s} hidden {truth:.4g}: identifiable in {len(ident)} of {len(runs)}, worst error "
-                      f"{100 * worst:.2f} %, the 95 % interval covers it in {covered} of {len(ident)}")
+                      f"{error}, the 95 % interval covers it in {covered} of {len(ident)}")
 
 
 if __name__ == "__main__":
