@@ -28,13 +28,12 @@ import numpy as np
 
 from r2s2r.camera.geometry import MUJOCO_TO_OPTICAL
 from r2s2r.camera.info import CameraCalibration
-from r2s2r.contract.types import JointSample
 from r2s2r.data.episode import EpisodeWriter
 from r2s2r.hardware.driver import Driver, send_script_command
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.real2sim.markers import Marker, add_markers
 from r2s2r.real2sim.params import TwinParameters
-from r2s2r.real2sim.proxy_cell import ProxyCellConfig, ProxyHardware, offset_camera
+from r2s2r.real2sim.proxy_cell import ProxyCellConfig, ProxyHardware, measured, offset_camera
 from r2s2r.robots import get_robot
 from r2s2r.sim.scene import Scene
 from r2s2r.sim.twin import Twin, build_scene_spec
@@ -141,7 +140,13 @@ class ProxyCell:
             twin.set_command_latency(float(self.hidden.values.get("latency_s", 0.0)))  # hidden, like the rest
             driver = Driver(SimHardware.from_twin(twin, reset=False))  # the cell as set up above
             driver.start()
-            measure, look = (lambda: self._noisy(twin.joint_sample(), rng)), (lambda cam, rgb: rgb)
+            h = self.hidden
+
+            def measure():
+                return measured(twin.joint_sample(), rng, h.position_noise, h.velocity_noise, h.effort_noise)
+
+            def look(camera, rgb):
+                return rgb
         loop = driver.loop
         robot = twin.robot
         state_every = max(1, int(round(loop.rate_hz / robot.state_rate_hz)))
@@ -198,14 +203,6 @@ class ProxyCell:
     def _offset_cameras(self, twin: Twin) -> None:
         for cam, (dpos, drot) in self.hidden.camera_offsets.items():
             offset_camera(twin.model, cam, dpos, drot)
-
-    def _noisy(self, sample: JointSample, rng) -> JointSample:
-        h = self.hidden
-        n = len(sample.names)
-        return JointSample(sample.stamp, sample.names,
-                           sample.position + rng.normal(0, h.position_noise, n),
-                           sample.velocity + rng.normal(0, h.velocity_noise, n),
-                           sample.effort + rng.normal(0, h.effort_noise, n))
 
     def _frames(self, bag, twin, renderer, cameras, depth, rng, truth, look) -> None:
         stamp = ROBOT_CLOCK_S + twin.time

@@ -164,6 +164,18 @@ def offset_camera(m: mujoco.MjModel, camera: str, dpos, drot) -> None:
     m.cam_quat[i] = matrix_to_quat(rot @ quat_to_matrix(m.cam_quat[i]))
 
 
+def measured(sample: JointSample, rng, position_noise: float, velocity_noise: float, effort_noise: float,
+             resolution: float = 0.0) -> JointSample:
+    """A joint sample as the cell's sensors report it: Gaussian noise on each signal, positions
+    quantised to the encoders' `resolution` (0: not quantised)."""
+    n = len(sample.names)
+    position = sample.position + rng.normal(0, position_noise, n)
+    if resolution > 0:
+        position = np.round(position / resolution) * resolution
+    return JointSample(sample.stamp, sample.names, position, sample.velocity + rng.normal(0, velocity_noise, n),
+                       sample.effort + rng.normal(0, effort_noise, n))
+
+
 def build_twin(cell: ProxyCellConfig):
     """The cell's twin, truth applied, and a view of its cameras where the calibration says they
     are (what /tf_static publishes): (twin, view with .model and .data)."""
@@ -218,15 +230,9 @@ class ProxyHardware(SimHardware):
         super().on_configure()
 
     def read(self) -> JointSample:
-        s = self.twin.joint_sample()
         e = self.cell.effects
-        n = len(s.names)
-        position = s.position + self._rng.normal(0, e.position_noise, n) if e.position_noise else s.position
-        if e.encoder_resolution > 0:
-            position = np.round(position / e.encoder_resolution) * e.encoder_resolution
-        velocity = s.velocity + self._rng.normal(0, e.velocity_noise, n) if e.velocity_noise else s.velocity
-        effort = s.effort + self._rng.normal(0, e.effort_noise, n) if e.effort_noise else s.effort
-        return JointSample(s.stamp, s.names, position, velocity, effort)
+        return measured(self.twin.joint_sample(), self._rng, e.position_noise, e.velocity_noise, e.effort_noise,
+                        e.encoder_resolution)
 
     def _through_play(self, target: np.ndarray) -> np.ndarray:
         """Where the drives go for `target`: each moves only once the command has taken up the play."""
@@ -280,4 +286,4 @@ def cell_stack(cell: ProxyCellConfig, cameras: bool = True) -> dict:
                                                       "parameters": parameters, "on_exit": "stop"}]}
 
 
-__all__ = ["offset_camera", "CameraEffects", "CellEffects", "ProxyCellConfig", "ProxyHardware", "build_twin", "cell_stack", "load_cell"]
+__all__ = ["offset_camera", "measured", "CameraEffects", "CellEffects", "ProxyCellConfig", "ProxyHardware", "build_twin", "cell_stack", "load_cell"]
