@@ -25,14 +25,15 @@ class GraphError(RuntimeError):
 
 
 def run_through_graph(specs: Sequence[TrialSpec], real_time_factor: float = 1.0,
-                      timeout_s: float | None = None) -> list[TrialResult]:
-    """Run `specs` through driver_node + policy_node over DDS (on this process's ROS_DOMAIN_ID)."""
+                      timeout_s: float | None = None, cell: str | Path | None = None) -> list[TrialResult]:
+    """Run `specs` through driver_node + policy_node over DDS (on this process's ROS_DOMAIN_ID);
+    with `cell` (a proxy cell file), in that proxy-real cell instead of the twin."""
     with tempfile.TemporaryDirectory(prefix="r2s2r-graph-") as tmp:
         specs_path, results_path = Path(tmp) / "specs.json", Path(tmp) / "results.json"
         specs_path.write_text(json.dumps([{"policy": s.policy, "task": s.task, "perturbation": s.values,
                                            "seed": s.seed, "control_rate_hz": s.control_rate_hz} for s in specs]))
         command = [sys.executable, "-m", "r2s2r.nodes.eval_graph", str(specs_path), str(results_path),
-                   "--real-time-factor", str(real_time_factor)]
+                   "--real-time-factor", str(real_time_factor)] + (["--cell", str(cell)] if cell else [])
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:

@@ -54,6 +54,7 @@ from r2s2r.contract import CommandError, Services, Topics
 from r2s2r.contract import convert, qos, tf
 from r2s2r.contract.frames import WORLD, camera_optical_frame
 from r2s2r.hardware.backends import backend_names, load_backend
+from r2s2r.hardware.base import Hardware
 from r2s2r.hardware.driver import ERROR, OK, WARN, Driver
 from r2s2r.hardware.goals import GripperSettings, ToleranceDefaults
 from r2s2r.hardware.safety import SafetyLimits
@@ -105,9 +106,11 @@ JOINT_TOLERANCE = (0.0, 100.0, "0 (not checked) or a tolerance in rad (m for a p
 
 
 class DriverNode(Node):
-    def __init__(self, scene: Scene | None = None, **node_options):
+    def __init__(self, scene: Scene | None = None, hardware: Hardware | None = None, **node_options):
         """`scene`: the twin's scene as an object (the evaluation engine's perturbed scenes),
-        instead of the `scene` parameter; `node_options`: rclpy Node options (context, parameter_overrides)."""
+        instead of the `scene` parameter; `hardware`: a backend built by the caller (a proxy cell
+        at a trial's initial conditions) instead of the `backend` parameter's; `node_options`:
+        rclpy Node options (context, parameter_overrides)."""
         # Backend settings (`franka.ip`, ...) are whatever the robot's config file holds.
         super().__init__("driver", automatically_declare_parameters_from_overrides=True, **node_options)
         for name, default in DEFAULTS.items():
@@ -130,7 +133,9 @@ class DriverNode(Node):
         if not collision_margin > 0:
             raise ValueError(f"parameter 'collision_margin_m' is {collision_margin}; expected a positive "
                              "distance in metres")
-        if self.backend == "sim":
+        if hardware is not None:
+            self.backend = hardware.backend
+        elif self.backend == "sim":
             hardware = SimHardware(scene, seed=self._param("seed"))
         else:
             if self.backend not in backend_names():

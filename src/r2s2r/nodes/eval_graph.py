@@ -23,7 +23,12 @@ failing. A command_latency perturbation is the twin's, as in-process (Twin.set_c
 delays the driver's setpoints on their way to the actuators); DDS adds its own few
 milliseconds on top.
 
-Run as `python -m r2s2r.nodes.eval_graph SPECS.json RESULTS.json [--real-time-factor F]`;
+With `--cell CELL.yaml` the driver runs a proxy-real cell (real2sim.proxy_cell) instead of the
+twin: the task's perturbed scene (the trial's initial conditions) with the cell's hidden values
+and effects, its joint states measured and its images delivered as the cell's sensors do. The
+task still judges the truth, as a person judges a real trial.
+
+Run as `python -m r2s2r.nodes.eval_graph SPECS.json RESULTS.json [--real-time-factor F] [--cell C]`;
 eval.graph starts it (the evaluation layer itself never imports rclpy).
 """
 
@@ -45,6 +50,8 @@ from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.policy_node import PolicyNode
 from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
+from r2s2r.real2sim.proxy_cell import ProxyCellConfig, ProxyHardware, load_cell
+from r2s2r.robots import get_robot
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
 STALL_S = 30.0  # wall seconds without the twin's clock moving: the driver has stopped
@@ -65,7 +72,8 @@ class _WithObjects:
         return getattr(self._assembler, name)
 
 
-def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict | None = None) -> TrialResult:
+def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict | None = None,
+              cell: ProxyCellConfig | None = None) -> TrialResult:
     wall0 = time.perf_counter()
     cache = task_cache if task_cache is not None else {}
     if spec.task not in cache:
@@ -90,7 +98,11 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
                   Parameter("real_time_factor", value=float(real_time_factor))]
         if spec.control_rate_hz is not None:
             params.append(Parameter("control_rate_hz", value=spec.control_rate_hz))
-        driver = DriverNode(scene=task.scene(values), context=context, parameter_overrides=params)
+        scene = task.scene(values)
+        hardware = None
+        if cell is not None:  # the cell at this trial's initial conditions, its truth and effects kept
+            hardware = ProxyHardware(get_robot(task.robot), {"cell": replace(cell, scene=scene, seed=spec.seed)})
+        driver = DriverNode(scene=scene, hardware=hardware, context=context, parameter_overrides=params)
         twin = driver.hardware.twin
         lock = driver.driver.lock  # the driver core's: its loop steps the twin only while holding it
         with lock:
@@ -157,7 +169,9 @@ def main(argv=None) -> int:
     parser.add_argument("specs", help="JSON list of trial specs (policy, task, perturbation, seed, control_rate_hz)")
     parser.add_argument("results", help="where to write the JSON list of results")
     parser.add_argument("--real-time-factor", type=float, default=1.0)
+    parser.add_argument("--cell", default=None, help="a proxy cell YAML: run the trials in that cell")
     args = parser.parse_args(argv)
+    cell = load_cell(args.cell) if args.cell else None
     prompt_gil_handover()  # the driver's control loop shares this process with a busy executor
     with open(args.specs) as f:
         specs = [TrialSpec.of(s["policy"], s["task"], s.get("perturbation"), s.get("seed", 0), s.get("control_rate_hz"))
@@ -166,7 +180,7 @@ def main(argv=None) -> int:
     results = []
     for spec in specs:
         print(f"[eval_graph] {spec.id}: starting ({spec.values or 'nominal'})", flush=True)
-        result = run_trial(spec, args.real_time_factor, cache)
+        result = run_trial(spec, args.real_time_factor, cache, cell)
         print(f"[eval_graph] {spec.id}: {result.stage} margin {result.margin:+.4f} "
               f"({result.sim_time_s:.2f} s simulated, {result.wall_s:.1f} s wall)", flush=True)
         results.append(asdict(result))

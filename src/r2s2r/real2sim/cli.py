@@ -1,10 +1,11 @@
-"""`r2s2r record`, `r2s2r reconstruct`, `r2s2r align` and `r2s2r variants`.
+"""`r2s2r record`, `r2s2r reconstruct`, `r2s2r align`, `r2s2r variants`, `r2s2r proxy` and `r2s2r fidelity`.
 
     r2s2r record --stack config/stacks/franka_fr3_sim.yaml --out episode.mcap [--cameras scene] [--duration 10]
     r2s2r reconstruct episode.mcap --extrinsics cams.yaml [--objects known.yaml] --out scene.yaml
     r2s2r align episode.mcap (--scene scene.yaml | --extrinsics cams.yaml) [--objects known.yaml]
                 [--fit] [--excitation other.mcap] [--workers 2 [--backend ray --address A]] --out report_dir
     r2s2r variants (SCENE.yaml | TASK) --out POOL_DIR [--factors geometry,pose_x,...] [--no-grasp]
+    r2s2r fidelity --cell CELL --task T --policies P1 P2 ... [--sim-trials 2000 --real-trials 100] --out DIR
 
 `align --fit` identifies the arm on `--excitation` (default the episode itself), then the
 tracked objects' mass and friction on the episode with the arm held, and writes into --out:
@@ -23,11 +24,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from r2s2r.config import ConfigError, load_yaml
 
@@ -116,31 +115,6 @@ def _reconstruct(args) -> int:
     return 0
 
 
-def write_fitted(out_dir: Path, scene, fit_values: dict, parameters) -> tuple[Path, Path]:
-    """fitted_scene.yaml and robot_dynamics.yaml: what the fit found, for the twin to load."""
-    from r2s2r.real2sim.reconstruct import write_scene
-    out_dir.mkdir(parents=True, exist_ok=True)
-    objects = []
-    for o in scene.objects:
-        objects.append(replace(o, mass=float(fit_values.get(f"{o.name}.mass", o.mass)),
-                               friction=float(fit_values.get(f"{o.name}.friction", o.friction))))
-    from r2s2r.real2sim.params import OBJECT_PRIORITY
-    from r2s2r.sim.dynamics import load_dynamics
-    # The objects' friction was fitted with their geoms above the finger pads (params.prepare):
-    # the twin that loads it must resolve contacts the same way.
-    dyn = {"robot": scene.robot, "command_latency_s": float(fit_values.get("latency_s", 0.0)),
-           "object_priority": OBJECT_PRIORITY, "joints": parameters.joint_values(fit_values),
-           "fitted": {k: float(v) for k, v in fit_values.items()}}
-    dyn_path = out_dir / "robot_dynamics.yaml"
-    dyn_path.write_text("# Fitted by `r2s2r align --fit`: per-joint actuator gains and passive dynamics, and the\n"
-                        "# command latency; fitted_scene.yaml names this file, so its twins apply it (sim.dynamics).\n"
-                        + yaml.safe_dump(dyn, sort_keys=False))
-    fitted = replace(scene.with_objects(objects), dynamics=load_dynamics(dyn_path, parameters.robot))
-    scene_path = write_scene(fitted, out_dir / "fitted_scene.yaml",
-                             f"# Fitted by `r2s2r align --fit`; robot dynamics and latency: {dyn_path.name}")
-    return scene_path, dyn_path
-
-
 def _handled(track, episode) -> bool:
     """Whether the episode moved a tracked object (the only objects whose mass and friction it
     holds): it was seen 1 cm or more from where it started, or it went unseen between sightings
@@ -161,7 +135,7 @@ def _align(args) -> int:
     from r2s2r.real2sim.reconstruct import load_extrinsics, reconstruct
     from r2s2r.real2sim.replay import ReplayTwin, setpoints
     from r2s2r.real2sim.report import write_report
-    from r2s2r.real2sim.sysid import fit
+    from r2s2r.real2sim.sysid import fit, fit_arm, write_fitted
     from r2s2r.sim.scene import load_scene
     from r2s2r.sim.twin import build_scene_spec
     episode = load_episode(args.episode)
@@ -187,14 +161,10 @@ def _align(args) -> int:
     out = Path(args.out)
     fitted = after = None
     if args.fit:
-        arm_names = [f"{g}.{k}" for g in episode.robot.group_names
-                     for k in ("kp_scale", "kv_scale", "damping_scale", "frictionloss")]
         arm_path = args.excitation or args.episode
         arm_episode = load_episode(arm_path) if args.excitation else episode
-        check = [f"{g}.{k}" for g in episode.robot.group_names for k in ("armature_scale", "inertia_scale")]
-        arm_fit = fit(scene, [arm_episode], arm_names, workers=args.workers, backend=args.backend,
-                      address=args.address, episode_paths=[arm_path], use=("position", "velocity", "effort"),
-                      markers=markers or None, check=check)
+        arm_fit = fit_arm(scene, arm_episode, arm_path, workers=args.workers, backend=args.backend,
+                          address=args.address, markers=markers)
         fitted = arm_fit
         values = arm_fit.values
         if arm_fit.adequacy:
@@ -280,6 +250,23 @@ def _proxy_list(args) -> int:
     return 0
 
 
+def _fidelity(args) -> int:
+    from r2s2r.real2sim.fidelity import FidelityConfig, run_study
+    factors = tuple(f for f in args.factors.split(",") if f) if args.factors else None
+    config = FidelityConfig(cell=args.cell, task=args.task, policies=tuple(args.policies), sim_trials=args.sim_trials,
+                            real_trials=args.real_trials, seed=args.seed, envelope=args.envelope, factors=factors,
+                            near_miss=args.near_miss, real_time_factor=args.real_time_factor,
+                            excitation_s=args.excitation_s)
+    study = run_study(config, args.out, workers=args.workers, progress=not args.no_progress)
+    for side in ("fitted", "nominal"):
+        a = study.agreement[side]
+        print(f"{side:8s} twin: MMRV {a['mmrv']:.3f}, Pearson {a['pearson']:.3f}, Spearman {a['spearman']:.3f}, "
+              f"stage distance {study.stage_distance[side]['all policies']:.3f}, same outcome from the same start "
+              f"{study.paired[side]['rate']:.0%}")
+    print(f"report {Path(args.out) / 'fidelity.html'}")
+    return 0
+
+
 def add_real2sim_parsers(sub) -> None:
     """Register `record`, `reconstruct`, `align`, `variants` and `proxy` on the r2s2r command's subparsers."""
     record = sub.add_parser("record", help="record a robot's episode into an MCAP ROS 2 bag")
@@ -331,5 +318,24 @@ def add_real2sim_parsers(sub) -> None:
     ls = pxs.add_parser("list", help="the shipped proxy cells")
     ls.set_defaults(func=_proxy_list)
 
+    fi = sub.add_parser("fidelity", help="does the twin's ranking of policies transfer to a proxy-real cell?")
+    fi.add_argument("--cell", required=True, help="a proxy cell YAML, or the name of one in config/proxy_cells/")
+    fi.add_argument("--task", required=True, help="the task the policies do (the cell's)")
+    fi.add_argument("--policies", nargs="+", required=True, help="policy URIs or policy config YAMLs (two or more)")
+    fi.add_argument("--sim-trials", type=int, default=2000, help="trials per policy in each twin (default 2000)")
+    fi.add_argument("--real-trials", type=int, default=100,
+                    help="trials per policy in the cell, through the ROS graph (default 100)")
+    fi.add_argument("--out", required=True, help="the study's folder (resumed when it exists)")
+    fi.add_argument("--workers", type=int, default=1, help="processes for the twins' trials and the fit")
+    fi.add_argument("--seed", type=int, default=0, help="draws the initial conditions")
+    fi.add_argument("--envelope", default=None, help="one of the task's perturbation envelopes")
+    fi.add_argument("--factors", default=None,
+                    help="comma-separated factors to draw (default: the initial-condition factors)")
+    fi.add_argument("--near-miss", type=float, default=0.01, help="|margin| of a near-miss (default 0.01)")
+    fi.add_argument("--real-time-factor", type=float, default=1.0, help="the cell's pace (a real cell: 1)")
+    fi.add_argument("--excitation-s", type=float, default=3.0, help="seconds of excitation to fit on")
+    fi.add_argument("--no-progress", action="store_true", help="no progress bars")
+    fi.set_defaults(func=_fidelity)
 
-__all__ = ["add_real2sim_parsers", "write_fitted"]
+
+__all__ = ["add_real2sim_parsers"]

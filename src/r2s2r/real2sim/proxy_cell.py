@@ -198,7 +198,9 @@ def build_twin(cell: ProxyCellConfig):
             m.actuator_gainprm[act, 0] *= cell.effects.gripper_compliance
             m.actuator_biasprm[act, 1] *= cell.effects.gripper_compliance
     twin.reset()
-    twin.set_command_latency(float(cell.hidden.get("latency_s", 0.0)))
+    # The hidden gains and latency are the cell's own: a trial's runtime set-up (Task.start)
+    # scales and adds to them as it does to a fitted twin's.
+    twin.adopt_dynamics(float(cell.hidden.get("latency_s", 0.0)))
     return twin, calibrated
 
 

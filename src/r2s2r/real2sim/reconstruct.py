@@ -41,6 +41,7 @@ from r2s2r.config import ConfigError, Section, load_yaml
 from r2s2r.data.episode import Episode, EpisodeError
 from r2s2r.real2sim.markers import KnownObject, detect_markers
 from r2s2r.robots import CameraSpec
+from r2s2r.sim.fixtures import fixture_dict
 from r2s2r.sim.scene import ObjectSpec, Scene, TableSpec
 from r2s2r.sim.twin import Twin
 
@@ -740,9 +741,13 @@ def scene_dict(scene: Scene) -> dict:
     out["objects"] = [{"name": o.name, "shape": o.shape, "size": _flow(o.size), "mass": round(float(o.mass), 6),
                        "friction": round(float(o.friction), 6), "rgba": _flow(o.rgba), "pos": _flow(o.pos),
                        "quat": _flow(o.quat), **({"fixed": True} if o.fixed else {})} for o in scene.objects]
+    if scene.fixtures:
+        out["fixtures"] = [fixture_dict(f) for f in scene.fixtures]
     out["lights"] = [{"name": lt.name, "pos": _flow(lt.pos), "dir": _flow(lt.dir), "diffuse": _flow(lt.diffuse),
                       "castshadow": lt.castshadow} for lt in scene.lights]
     out["shadows"] = scene.shadows
+    if scene.seed:
+        out["seed"] = scene.seed
     return out
 
 

@@ -58,12 +58,14 @@ import io
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import mujoco
 import mujoco.rollout
 import numpy as np
+import yaml
 
 from r2s2r.data.episode import Episode
 from r2s2r.eval.runner import TrialPool
@@ -795,5 +797,45 @@ def fit(scene, episodes: Sequence[Episode], names: Sequence[str], tracks: Sequen
         here.close()
 
 
-__all__ = ["fit", "FitResult", "FittedParameter", "ObjectTrack", "estimate_offset", "Evaluator", "prepare",
+ARM_FITTED = ("kp_scale", "kv_scale", "damping_scale", "frictionloss")  # per group, from joint data
+ARM_CHECKED = ("armature_scale", "inertia_scale")  # checked for identifiability, not fitted
+
+
+def fit_arm(scene, episode: Episode, episode_path: str, workers: int = 1, backend: str = "process",
+            address: str | None = None, markers=None, seed: int = 0) -> FitResult:
+    """The arm's servo gains, damping, friction loss and the latency, fitted on one episode of
+    free motion (an excitation, or a task episode's): what `r2s2r align --fit` and
+    `r2s2r fidelity` identify the arm with."""
+    groups = episode.robot.group_names
+    return fit(scene, [episode], [f"{g}.{k}" for g in groups for k in ARM_FITTED], workers=workers,
+               backend=backend, address=address, episode_paths=[episode_path], use=("position", "velocity", "effort"),
+               markers=markers or None, check=[f"{g}.{k}" for g in groups for k in ARM_CHECKED], seed=seed)
+
+
+def write_fitted(out_dir, scene, fit_values: Mapping[str, float], parameters) -> tuple[Path, Path]:
+    """fitted_scene.yaml and robot_dynamics.yaml in `out_dir`: what a fit found, for the twin to
+    load (`parameters`: the TwinParameters the values name)."""
+    from r2s2r.real2sim.params import OBJECT_PRIORITY
+    from r2s2r.real2sim.reconstruct import write_scene
+    from r2s2r.sim.dynamics import load_dynamics
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    objects = [replace(o, mass=float(fit_values.get(f"{o.name}.mass", o.mass)),
+                       friction=float(fit_values.get(f"{o.name}.friction", o.friction))) for o in scene.objects]
+    # The objects' friction was fitted with their geoms above the finger pads (params.prepare):
+    # the twin that loads it must resolve contacts the same way.
+    dyn = {"robot": scene.robot, "command_latency_s": float(fit_values.get("latency_s", 0.0)),
+           "object_priority": OBJECT_PRIORITY, "joints": parameters.joint_values(fit_values),
+           "fitted": {k: float(v) for k, v in fit_values.items()}}
+    dyn_path = out_dir / "robot_dynamics.yaml"
+    dyn_path.write_text("# Fitted by r2s2r's system identification (real2sim.sysid): per-joint actuator gains\n"
+                        "# and passive dynamics, and the command latency; fitted_scene.yaml names this file, so\n"
+                        "# its twins apply it (sim.dynamics).\n" + yaml.safe_dump(dyn, sort_keys=False))
+    fitted = replace(scene.with_objects(objects), dynamics=load_dynamics(dyn_path, parameters.robot))
+    scene_path = write_scene(fitted, out_dir / "fitted_scene.yaml",
+                             f"# Fitted by r2s2r's system identification; robot dynamics and latency: {dyn_path.name}")
+    return scene_path, dyn_path
+
+
+__all__ = ["fit", "fit_arm", "write_fitted", "ARM_FITTED", "FitResult", "FittedParameter", "ObjectTrack", "estimate_offset", "Evaluator", "prepare",
            "cma_search", "SIGMA"]

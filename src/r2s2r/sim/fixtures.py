@@ -105,6 +105,15 @@ def parse_fixture(sec: Section) -> FixtureSpec:
                        door_rgba=sec.vector("door_rgba", 4, d.door_rgba))
 
 
+def fixture_dict(spec: FixtureSpec) -> dict:
+    """A fixture as the YAML mapping parse_fixture reads back to it."""
+    out = {}
+    for key in ("name", "kind") + tuple(sorted(_KEYS[spec.kind] - {"name", "kind"})):
+        value = getattr(spec, key)
+        out[key] = [float(v) for v in value] if isinstance(value, tuple) else value
+    return out
+
+
 def _yaw_quat(yaw: float) -> list[float]:
     return [math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]
 
@@ -161,4 +170,4 @@ def _add_hinged_box(body: mujoco.MjsBody, f: FixtureSpec) -> None:
                   friction=[f.friction, 0.005, 0.0001])
 
 
-__all__ = ["FixtureSpec", "KINDS", "parse_fixture", "add_fixture"]
+__all__ = ["FixtureSpec", "KINDS", "parse_fixture", "fixture_dict", "add_fixture"]

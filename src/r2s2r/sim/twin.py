@@ -248,6 +248,17 @@ class Twin:
         self.command_latency_s = self.fitted_latency_s + float(extra_s)
         self._delayed.clear()
 
+    def adopt_dynamics(self, command_latency_s: float = 0.0) -> None:
+        """The model's arm gains as they are now, and `command_latency_s`, become this twin's own,
+        as a dynamics file's would: a perturbation then scales and adds to them (a proxy cell's
+        hidden values, written into its model after compiling)."""
+        if not (math.isfinite(command_latency_s) and command_latency_s >= 0.0):
+            raise ValueError(f"command latency {command_latency_s!r} s; expected a finite delay >= 0")
+        m = self.model
+        self._servo_gains = (m.actuator_gainprm[self._arm_act, 0].copy(), -m.actuator_biasprm[self._arm_act, 2].copy())
+        self.fitted_latency_s = float(command_latency_s)
+        self.set_command_latency(0.0)
+
     def set_actuator_gain_scale(self, scale: float = 1.0) -> None:
         """The arm servos' gains at `scale` times the twin's own: the fitted ones where the scene
         names a dynamics file, else the RobotSpec's (a perturbation scales what was fitted)."""
