@@ -11,6 +11,7 @@ import pytest
 
 from r2s2r.cli import main
 from r2s2r.config import ConfigError
+from r2s2r.data.episode import load_episode
 from r2s2r.eval.runner import TrialResult
 from r2s2r.eval.tasks import load_task
 from r2s2r.real2sim.fidelity import FidelityConfig, Study, compare, run_study
@@ -103,7 +104,7 @@ def _count(path) -> int:
 
 def test_a_tiny_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     out = tmp_path / "study"
-    args = ["fidelity", "--cell", "block_in_bowl_laggy", "--task", TASK, "--policies", f"{STUDY}/expert.yaml",
+    args = ["fidelity", "--cell", "block_in_bowl_stiff", "--task", TASK, "--policies", f"{STUDY}/expert.yaml",
             f"{STUDY}/shallow_loose.yaml", "--sim-trials", "3", "--real-trials", "2", "--envelope", "operating",
             "--excitation-s", "1.5", "--real-time-factor", "2", "--workers", "2", "--out", str(out), "--no-progress"]
     assert main(args) == 0
@@ -113,8 +114,16 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert "Does the twin's verdict transfer?" in (out / "fidelity.html").read_text()
     assert set(report["rates"]) == {"cell", "fitted", "nominal"}
     assert [report["rates"][side]["expert"]["trials"] for side in ("cell", "fitted", "nominal")] == [2, 3, 3]
-    # The fit found the cell's hidden 30 ms (on the episode's time base, 1 ms more); the nominal twin has none.
-    assert report["fit"]["latency_s"] == pytest.approx(0.031, abs=0.006)
+    # The excitation was recorded by recorder_node from the cell's driver_node, its commands over DDS.
+    episode = load_episode(out / "episodes" / "excitation.mcap")
+    assert episode.meta["stack"].endswith("block_in_bowl_stiff.yaml")
+    assert len(episode.commands) >= 140 and episode.duration > 1.5
+    assert not list((out / "episodes").glob("*.partial.mcap"))
+    # The fit found about the cell's stiffer servos (kp x1.2) and its hidden 8 ms (1 ms more on the
+    # episode's time base, and DDS's few milliseconds); the nominal twin has neither.
+    fitted = {p["name"]: p["value"] for p in report["fit"]["parameters"]}
+    assert fitted["arm.kp_scale"] == pytest.approx(1.2, abs=0.12)
+    assert report["fit"]["latency_s"] == pytest.approx(0.012, abs=0.007)
     # The cell's trials came through the ROS graph (its runner adds what the driver rejected), each
     # from the initial conditions of the twins' trial of the same index.
     with sqlite3.connect(out / "cell.sqlite") as db:
@@ -140,7 +149,7 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     # Resumed: nothing is recorded, fitted or run again; other settings need another folder.
     cell_trials, twin_trials = _count(out / "cell.sqlite"), _count(out / "trials.sqlite")
     fit_stamp = (out / "twin" / "fit.json").stat().st_mtime_ns
-    study = run_study(FidelityConfig("block_in_bowl_laggy", TASK, (f"{STUDY}/expert.yaml",
+    study = run_study(FidelityConfig("block_in_bowl_stiff", TASK, (f"{STUDY}/expert.yaml",
                                                                    f"{STUDY}/shallow_loose.yaml"),
                                      sim_trials=3, real_trials=2, envelope="operating", excitation_s=1.5,
                                      real_time_factor=2.0), out, workers=1, progress=False, log=lambda m: None)

@@ -3,8 +3,11 @@
 It subscribes to everything the robot's driver publishes and accepts (contract.interface:
 joint_states, diagnostics, /tf, /tf_static, robot_description, every group's and gripper's
 command topics, estop) and each camera's
-image_raw, depth/image_raw and camera_info, and logs every message as it arrives, stamped
-with this node's clock (ROS time: the twin's /clock under use_sim_time).
+image_raw, depth/image_raw and camera_info, and logs every message at the time it arrived: its
+DDS reception time, as rosbag2 logs it, not the moment the executor got round to it (a
+recorder held up by a loaded machine would smear a steady stream of commands by tens of
+milliseconds, and a fit of the latency with it). Under use_sim_time the reception time is moved
+onto the twin's /clock by the offset between the last /clock and when it was received.
 
 Parameters:
   robot       registered robot name (required)
@@ -26,6 +29,7 @@ first /clock, however far along the twin already is.
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 
@@ -33,6 +37,7 @@ import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock as ClockMessage
 
 from r2s2r.contract import qos
 from r2s2r.contract.names import CAMERA_NAME, CAMERA_NAME_EXPECTED, Topics
@@ -101,9 +106,16 @@ class RecorderNode(Node):
         self.failed: dict[str, int] = {}  # messages that could not be written, by topic
         self.types = {topic: type_name(message_class(kind)) for topic, kind in topics.items()}
         self._resolved: dict[str, str] = {}
+        self._sim_offset: float | None = None  # the twin's /clock minus the wall clock, at the last /clock
+        self._last_arrival: dict[str, float] = {}
+        self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        if self._use_sim_time:
+            self.create_subscription(ClockMessage, Topics.CLOCK, self._on_clock, qos.CLOCK)
         for topic, kind in topics.items():
+            # Two arguments: rclpy hands the callback each message's info (its reception time) too.
             sub = self.create_subscription(message_class(kind), topic,
-                                           lambda data, t=topic: self._on_message(t, data), _qos_for(topic), raw=True)
+                                           lambda data, info, t=topic: self._on_message(t, data, info),
+                                           _qos_for(topic), raw=True)
             self._resolved[topic] = sub.topic_name
         self.duration = duration
         self.elapsed = 0.0  # seconds on the node's clock since its first reading
@@ -122,8 +134,23 @@ class RecorderNode(Node):
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _on_message(self, topic: str, data: bytes) -> None:
-        """One message as its CDR bytes (a raw subscription's), written as it came."""
+    def _on_clock(self, msg, info) -> None:
+        received = info.get("received_timestamp") or 0
+        if received > 0:
+            self._sim_offset = msg.clock.sec + msg.clock.nanosec * 1e-9 - received * 1e-9
+
+    def _arrival(self, info) -> float:
+        """When a message arrived, on this node's clock: its DDS reception time (the wall clock),
+        under use_sim_time moved onto /clock; the node's clock now where the middleware gives none."""
+        received = (info or {}).get("received_timestamp") or 0
+        if received <= 0:
+            return self._now()
+        if self._use_sim_time:
+            return self._now() if self._sim_offset is None else received * 1e-9 + self._sim_offset
+        return received * 1e-9
+
+    def _on_message(self, topic: str, data: bytes, info=None) -> None:
+        """One message as its CDR bytes (a raw subscription's), written as it came, logged at its arrival."""
         error = None
         if self.duration > 0 and self._count_duration():
             return  # past the duration: not part of the recording
@@ -132,8 +159,10 @@ class RecorderNode(Node):
         with self._lock:
             if self.writer is None:
                 return
+            # In order on each topic, as DDS delivers it, though /clock's offset moved in between.
+            arrived = self._last_arrival[topic] = max(self._arrival(info), self._last_arrival.get(topic, -math.inf))
             try:
-                self.writer.write_serialized(topic, self.types[topic], data, self._now(), offered)
+                self.writer.write_serialized(topic, self.types[topic], data, arrived, offered)
             except Exception as exc:  # a full disk, say: counted and named, the recording goes on
                 self.failed[topic] = self.failed.get(topic, 0) + 1
                 error = exc if self.failed[topic] == 1 else None

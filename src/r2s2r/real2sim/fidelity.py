@@ -4,8 +4,9 @@ The claim under test is not that the twin's success rates equal the cell's, but 
 reaches the same judgement: which policies are better, where they fail, and whether the
 trials that barely made it (or barely failed) in the cell do the same in the twin. The study:
 
-1. records an excitation episode in the cell (its hidden values and effects, through
-   ProxyHardware, the driver core and the recorder's EpisodeWriter: the bag a real cell gives);
+1. records an excitation episode in the cell through the live ROS graph (nodes/record_cell.py:
+   driver_node on the proxy backend, recorder_node, and the excitation's commands published
+   over DDS), the bag a real cell gives;
 2. fits the arm (`sysid.fit_arm`: gains, damping, friction loss, latency) on that bag alone and
    writes the fitted twin (`twin/fitted_scene.yaml`, the task's scene with the fitted dynamics);
 3. draws the initial conditions once: `sim_trials` points of the task's perturbation space,
@@ -29,9 +30,12 @@ each trial in `trials.sqlite` and `cell.sqlite`), so a killed study resumes wher
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -122,13 +126,38 @@ def initial_condition_factors(space) -> list[str]:
     return [f.name for f in space.factors if f.kind in INITIAL_CONDITION_KINDS]
 
 
-def _record_excitation(cell: ProxyCellConfig, path: Path, seconds: float, seed: int) -> None:
-    from r2s2r.real2sim.proxy import ProxyCell, excitation_script
-    from r2s2r.robots import get_robot
-    partial = path.with_name(path.stem + ".partial.mcap")  # a killed recording is never taken for a bag
-    ProxyCell.from_config(cell).record(excitation_script(get_robot(cell.scene.robot), seconds, seed=seed),
-                                       partial, seconds + 0.2, seed=seed)
+def record_through_graph(cell: ProxyCellConfig, script, path: Path, real_time_factor: float = 1.0,
+                         timeout_s: float = 600.0) -> None:
+    """Play `script` (real2sim.proxy.ScriptCommand) on the cell and record it into `path`, through
+    driver_node, recorder_node and a player over DDS (nodes/record_cell.py, in a child process:
+    this layer never imports rclpy). A killed recording is never taken for a bag: it is written
+    beside `path` and moved there once closed."""
+    from r2s2r.eval.graph import GraphError
+    partial = path.with_name(path.stem + ".partial.mcap")
+    script_path = path.with_name(path.stem + ".script.json")
+    script_path.write_text(json.dumps([asdict(c) for c in script]))
+    command = [sys.executable, "-m", "r2s2r.nodes.record_cell", cell.source, str(script_path), str(partial),
+               "--real-time-factor", str(real_time_factor)]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise GraphError(f"recording in cell {cell.name} took longer than {timeout_s:g} s:\n"
+                         f"{(exc.stdout or '')[-2000:]}\n{(exc.stderr or '')[-2000:]}") from None
+    if proc.returncode != 0 or not partial.is_file():
+        raise GraphError(f"recording in cell {cell.name} failed (exit code {proc.returncode}):\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     partial.replace(path)
+    script_path.unlink()
+
+
+def _record_excitation(cell: ProxyCellConfig, path: Path, seconds: float, seed: int, real_time_factor: float) -> None:
+    from r2s2r.real2sim.proxy import excitation_script
+    from r2s2r.robots import get_robot
+    # At the cell's own pace at most: faster, DDS's wall-clock milliseconds would stretch into
+    # the cell's time, and the commands' log times with them.
+    pace = min(real_time_factor, 1.0)
+    record_through_graph(cell, excitation_script(get_robot(cell.scene.robot), seconds, seed=seed), path,
+                         pace, timeout_s=120.0 + 10.0 * seconds / pace)
 
 
 def _fit(task, bag: Path, twin_dir: Path, workers: int, log: Callable[[str], None]) -> dict:
@@ -240,7 +269,7 @@ def run_study(config: FidelityConfig, out: str | Path, workers: int = 1, progres
     if not bag.is_file():
         log(f"recording {config.excitation_s:g} s of excitation in cell {cell.name} -> {bag}")
         bag.parent.mkdir(parents=True, exist_ok=True)
-        _record_excitation(cell, bag, config.excitation_s, config.seed)
+        _record_excitation(cell, bag, config.excitation_s, config.seed, config.real_time_factor)
     t_record = time.monotonic()
     log("fitting the twin on the excitation episode")
     fit_report = _fit(task, bag, out / "twin", workers, log)
@@ -250,6 +279,9 @@ def run_study(config: FidelityConfig, out: str | Path, workers: int = 1, progres
 
     points = sample_perturbations(space, config.sim_trials, config.seed, factors)
     refs = {"fitted": task_in_scene(task.name, out / "twin" / "fitted_scene.yaml"), "nominal": task.name}
+    # A fitted twin made again (its folder deleted) is another twin: its trials are not the stored ones.
+    twins = {"fitted": hashlib.sha256((out / "twin" / "robot_dynamics.yaml").read_bytes()).hexdigest()[:16],
+             "nominal": "nominal"}
     twin_results: dict[str, dict[str, list[TrialResult]]] = {side: {} for side in SIDES}
     with TrialStore(out / "trials.sqlite") as store, TrialPool(workers) as pool:
         bar = progress_bar(len(SIDES) * len(config.policies) * len(points), "twin trials", progress)
@@ -258,7 +290,8 @@ def run_study(config: FidelityConfig, out: str | Path, workers: int = 1, progres
                 for policy in config.policies:
                     campaign = f"{side}/{labels[policy]}"
                     store.open_campaign(campaign, {"policy": policy, "task": refs[side], "seed": config.seed,
-                                                   "factors": factors, "envelope": config.envelope})
+                                                   "factors": factors, "envelope": config.envelope,
+                                                   "twin": twins[side]})
                     planned = [Planned(i, TrialSpec.of(policy, refs[side], p, trial_seed(config.seed, i)), "uniform")
                                for i, p in enumerate(points)]
                     twin_results[side][labels[policy]] = run_trials(planned, store, campaign, pool=pool, bar=bar)
