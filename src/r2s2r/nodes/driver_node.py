@@ -123,6 +123,7 @@ class DriverNode(Node):
         self.robot = get_robot(robot_name)  # UnknownRobotError lists the known robots
         tolerances = self._tolerance_defaults()
         self.backend = self._param("backend")
+        unset = scene is None and not self._param("scene")
         if scene is None:
             scene_path = self._param("scene")
             scene = load_scene(scene_path) if scene_path else Scene(robot=self.robot.name)
@@ -144,6 +145,8 @@ class DriverNode(Node):
             prefix = f"{self.backend}."
             settings = {name[len(prefix):]: p.value for name, p in self._parameters.items() if name.startswith(prefix)}
             hardware = load_backend(self.backend)(self.robot, settings)
+            if unset and isinstance(getattr(hardware, "scene", None), Scene):
+                scene = hardware.scene  # a simulated cell (a proxy cell) is the cell its commands are checked in
         limits = SafetyLimits.of(self.robot, velocity_scale=self._param("velocity_scale"),
                                  watchdog_s=self._param("watchdog_s"))
         try:
