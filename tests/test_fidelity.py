@@ -14,6 +14,7 @@ from r2s2r.config import ConfigError
 from r2s2r.data.episode import load_episode
 from r2s2r.eval.runner import TrialResult
 from r2s2r.eval.tasks import load_task
+from r2s2r.policy.types import PolicyError
 from r2s2r.real2sim.fidelity import FidelityConfig, Study, compare, run_study
 from r2s2r.real2sim.proxy_cell import build_twin, load_cell
 
@@ -84,7 +85,7 @@ def test_a_proxy_cells_hidden_gains_and_latency_survive_a_trials_set_up():
     assert twin.command_latency_s == pytest.approx(0.04)
 
 
-def test_settings_a_study_cannot_use_are_refused_by_name(tmp_path):
+def test_settings_a_study_cannot_use_are_refused_by_name(tmp_path, capsys):
     policies = (f"{STUDY}/expert.yaml", f"{STUDY}/slow.yaml")
     with pytest.raises(ConfigError, match="at least two policies"):
         FidelityConfig("block_in_bowl_laggy", TASK, policies[:1]).check()
@@ -92,6 +93,13 @@ def test_settings_a_study_cannot_use_are_refused_by_name(tmp_path):
         FidelityConfig("block_in_bowl_laggy", TASK, policies, sim_trials=5, real_trials=10).check()
     with pytest.raises(ConfigError, match="cube_handover_worn.*study's task franka_block_in_bowl"):
         run_study(FidelityConfig("cube_handover_worn", TASK, policies, sim_trials=2, real_trials=1), tmp_path / "a")
+    with pytest.raises(PolicyError, match="no_such_policy.yaml"):
+        run_study(FidelityConfig("block_in_bowl_laggy", TASK, policies + ("no_such_policy.yaml",), sim_trials=2,
+                                 real_trials=1), tmp_path / "c")
+    assert not (tmp_path / "c").exists()  # refused before anything was made
+    assert main(["fidelity", "--cell", "block_in_bowl_laggy", "--task", TASK, "--policies", *policies,
+                 "no_such_policy.yaml", "--out", str(tmp_path / "d")]) == 2
+    assert "r2s2r fidelity: error: policy no_such_policy.yaml" in capsys.readouterr().err
     with pytest.raises(KeyError, match="no factor 'no_such_factor'; factors: block_x"):
         run_study(FidelityConfig("block_in_bowl_laggy", TASK, policies, sim_trials=2, real_trials=1,
                                  factors=("no_such_factor",)), tmp_path / "b")

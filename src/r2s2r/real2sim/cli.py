@@ -257,7 +257,19 @@ def _fidelity(args) -> int:
                             real_trials=args.real_trials, seed=args.seed, envelope=args.envelope, factors=factors,
                             near_miss=args.near_miss, real_time_factor=args.real_time_factor,
                             excitation_s=args.excitation_s)
-    study = run_study(config, args.out, workers=args.workers, progress=not args.no_progress)
+    from r2s2r.eval.graph import GraphError
+    from r2s2r.eval.runner import TrialError
+    from r2s2r.eval.store import StoreError
+    from r2s2r.policy.types import PolicyError
+    try:
+        study = run_study(config, args.out, workers=args.workers, progress=not args.no_progress)
+    except (PolicyError, StoreError, TrialError, GraphError) as exc:  # the user's to fix: what, not where
+        print(f"r2s2r fidelity: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nr2s2r fidelity: stopped; what was recorded, fitted and run is kept in {args.out}: rerun the "
+              "same command to resume", file=sys.stderr)
+        return 130
     for side in ("fitted", "nominal"):
         a = study.agreement[side]
         print(f"{side:8s} twin: MMRV {a['mmrv']:.3f}, Pearson {a['pearson']:.3f}, Spearman {a['spearman']:.3f}, "

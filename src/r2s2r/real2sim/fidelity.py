@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from r2s2r.config import ConfigError
-from r2s2r.eval.runner import Planned, TrialPool, TrialResult, TrialSpec, progress_bar, run_trials, \
+from r2s2r.eval.runner import Planned, TrialPool, TrialResult, TrialSpec, check_policy, progress_bar, run_trials, \
     sample_perturbations, trial_seed
 from r2s2r.eval.stats import agreement, stage_distance, wilson
 from r2s2r.eval.store import TrialStore
@@ -250,6 +250,8 @@ def run_study(config: FidelityConfig, out: str | Path, workers: int = 1, progres
     factors = list(config.factors) if config.factors is not None else initial_condition_factors(space)
     for name in factors:
         space.factor(name)  # an unknown factor: an error naming the known ones
+    for policy in config.policies:  # a policy that cannot run here is refused before anything is recorded
+        check_policy(policy, task)
     labels = {p: policy_label(p) for p in config.policies}
     if len(set(labels.values())) != len(labels):
         labels = {p: p for p in config.policies}
