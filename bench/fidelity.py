@@ -13,7 +13,7 @@ aloha_cube_handover's cell is left out: the handover has one policy (its expert)
 ranking needs several.
 
 Usage: python bench/fidelity.py [--sim-trials 100] [--real-trials 10] [--workers 2]
-                                [--real-time-factor 2] [--cells NAME ...] [--out DIR]
+                                [--real-time-factor 2] [--cells NAME ...] [--policies P ...] [--out DIR]
 """
 
 import argparse
@@ -41,10 +41,14 @@ def main() -> None:
                         help="the cells' pace (1 is a real cell's; the scripted policies keep up at 2)")
     parser.add_argument("--envelope", default="operating")
     parser.add_argument("--cells", nargs="+", default=CELLS)
+    parser.add_argument("--policies", nargs="+", default=POLICIES,
+                        help="study policies by name (config/policies/block_in_bowl_study/NAME.yaml), or any policy "
+                             "URI or checkpoint path")
     parser.add_argument("--out", default="bench_out/fidelity")
     args = parser.parse_args()
     isolate_ros_domain()
-    policies = [str(paths.resolve(f"config/policies/block_in_bowl_study/{p}.yaml")) for p in POLICIES]
+    policies = [str(paths.resolve(f"config/policies/block_in_bowl_study/{p}.yaml")) if p in POLICIES else p
+                for p in args.policies]
     print(f"# fidelity: {len(args.cells)} cells x {len(policies)} policies; {args.sim_trials} twin trials and "
           f"{args.real_trials} cell trials per policy (rtf {args.real_time_factor:g}), envelope {args.envelope}; "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
@@ -58,10 +62,11 @@ def main() -> None:
         wall = time.monotonic() - t0
         print(f"\n## {cell} ({wall:.0f} s; fit {study.wall_s['fit']:.0f} s, twin trials "
               f"{study.wall_s['twin_trials']:.0f} s, cell trials {study.wall_s['cell_trials']:.0f} s)")
-        print(f"{'policy':14s} {'cell':>7s} {'fitted':>7s} {'nominal':>7s}  stage TV fitted / nominal")
+        width = max(14, *(len(k) for k in study.rates["cell"]))
+        print(f"{'policy':{width}s} {'cell':>7s} {'fitted':>7s} {'nominal':>7s}  stage TV fitted / nominal")
         for label in study.rates["cell"]:
             r = {side: study.rates[side][label]["rate"] for side in ("cell", "fitted", "nominal")}
-            print(f"{label:14s} {r['cell']:7.0%} {r['fitted']:7.0%} {r['nominal']:7.0%}  "
+            print(f"{label:{width}s} {r['cell']:7.0%} {r['fitted']:7.0%} {r['nominal']:7.0%}  "
                   f"{study.stage_distance['fitted'][label]:.2f} / {study.stage_distance['nominal'][label]:.2f}")
         nm = study.near_misses
         for side in ("fitted", "nominal"):

@@ -167,3 +167,12 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert not math.isnan(study.paired["fitted"]["rate"])
     assert main(args[:-3] + ["--sim-trials", "4", "--out", str(out)]) != 0
     assert "sim_trials" in capsys.readouterr().err
+
+
+def test_policies_are_named_in_the_report_by_what_tells_them_apart(tmp_path):
+    from r2s2r.real2sim.fidelity import policy_label
+    step = tmp_path / "run100" / "checkpoints" / "step_004000"
+    step.mkdir(parents=True)
+    assert policy_label(str(step)) == "run100/checkpoints/step_004000"
+    assert policy_label(f"{STUDY}/shallow.yaml") == "shallow"
+    assert policy_label("scripted:franka_block_in_bowl") == "scripted:franka_block_in_bowl"

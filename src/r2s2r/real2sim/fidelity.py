@@ -90,8 +90,11 @@ class FidelityConfig:
 
 
 def policy_label(policy: str) -> str:
-    """A policy as the report names it: a config file by its stem, a URI as it is."""
-    return Path(policy).stem if policy.endswith((".yaml", ".yml")) else policy
+    """A policy as the report names it: a config file by its stem, a checkpoint by its run, folder
+    and step (RUN/checkpoints/step_N), a URI as it is."""
+    if policy.endswith((".yaml", ".yml")):
+        return Path(policy).stem
+    return "/".join(Path(policy).parts[-3:]) if ":" not in policy and Path(policy).exists() else policy
 
 
 @dataclass
