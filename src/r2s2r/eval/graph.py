@@ -24,6 +24,19 @@ class GraphError(RuntimeError):
     """The graph run failed; the message carries its output."""
 
 
+def run_node_process(module: str, args: Sequence[str], timeout_s: float | None, what: str, produces: Path) -> None:
+    """Run `python -m module args` (a nodes/ entry point: this layer never imports rclpy); a
+    GraphError carrying its output when it times out, fails or leaves `produces` unwritten."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        output = f"{exc.stdout or ''}\n{exc.stderr or ''}"
+        raise GraphError(f"{what} took longer than {timeout_s} s:\n{output[-4000:]}") from None
+    if proc.returncode != 0 or not produces.is_file():
+        raise GraphError(f"{what} failed (exit code {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+
+
 def run_through_graph(specs: Sequence[TrialSpec], real_time_factor: float = 1.0,
                       timeout_s: float | None = None, cell: str | Path | None = None) -> list[TrialResult]:
     """Run `specs` through driver_node + policy_node over DDS (on this process's ROS_DOMAIN_ID);
@@ -32,16 +45,9 @@ def run_through_graph(specs: Sequence[TrialSpec], real_time_factor: float = 1.0,
         specs_path, results_path = Path(tmp) / "specs.json", Path(tmp) / "results.json"
         specs_path.write_text(json.dumps([{"policy": s.policy, "task": s.task, "perturbation": s.values,
                                            "seed": s.seed, "control_rate_hz": s.control_rate_hz} for s in specs]))
-        command = [sys.executable, "-m", "r2s2r.nodes.eval_graph", str(specs_path), str(results_path),
-                   "--real-time-factor", str(real_time_factor)] + (["--cell", str(cell)] if cell else [])
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            output = f"{exc.stdout or ''}\n{exc.stderr or ''}"
-            raise GraphError(f"trials through the graph took longer than {timeout_s} s:\n{output[-4000:]}") from None
-        if proc.returncode != 0 or not results_path.is_file():
-            raise GraphError(f"trials through the graph failed (exit code {proc.returncode}):\n"
-                             f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        run_node_process("r2s2r.nodes.eval_graph", [str(specs_path), str(results_path), "--real-time-factor",
+                                                    str(real_time_factor)] + (["--cell", str(cell)] if cell else []),
+                         timeout_s, "trials through the graph", results_path)
         return [TrialResult(**row) for row in json.loads(results_path.read_text())]
 
 
@@ -72,4 +78,4 @@ def compare(in_process: Sequence[TrialResult], graph: Sequence[TrialResult]) -> 
     return [Agreement(r, by_id[r.id]) for r in in_process]
 
 
-__all__ = ["run_through_graph", "compare", "Agreement", "GraphError"]
+__all__ = ["run_node_process", "run_through_graph", "compare", "Agreement", "GraphError"]

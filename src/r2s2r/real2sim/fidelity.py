@@ -34,8 +34,6 @@ import hashlib
 import json
 import math
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -135,20 +133,13 @@ def record_through_graph(cell: ProxyCellConfig, script, path: Path, real_time_fa
     driver_node, recorder_node and a player over DDS (nodes/record_cell.py, in a child process:
     this layer never imports rclpy). A killed recording is never taken for a bag: it is written
     beside `path` and moved there once closed."""
-    from r2s2r.eval.graph import GraphError
+    from r2s2r.eval.graph import run_node_process
     partial = path.with_name(path.stem + ".partial.mcap")
     script_path = path.with_name(path.stem + ".script.json")
     script_path.write_text(json.dumps([asdict(c) for c in script]))
-    command = [sys.executable, "-m", "r2s2r.nodes.record_cell", cell.source, str(script_path), str(partial),
-               "--real-time-factor", str(real_time_factor)]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise GraphError(f"recording in cell {cell.name} took longer than {timeout_s:g} s:\n"
-                         f"{(exc.stdout or '')[-2000:]}\n{(exc.stderr or '')[-2000:]}") from None
-    if proc.returncode != 0 or not partial.is_file():
-        raise GraphError(f"recording in cell {cell.name} failed (exit code {proc.returncode}):\n"
-                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    run_node_process("r2s2r.nodes.record_cell", [cell.source, str(script_path), str(partial), "--real-time-factor",
+                                                 str(real_time_factor)], timeout_s, f"recording in cell {cell.name}",
+                     partial)
     partial.replace(path)
     script_path.unlink()
 
