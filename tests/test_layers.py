@@ -24,7 +24,8 @@ MAY_IMPORT = {
     "skills": ABOVE_DATA | {"real2sim", "data", "train"},
     "data": ABOVE_DATA | {"real2sim", "skills", "train"},
     "train": ABOVE_DATA | {"real2sim", "skills", "data"},
-    "nodes": ABOVE_DATA | {"real2sim", "skills", "data", "train"},
+    "loop": ABOVE_DATA | {"real2sim", "skills", "data", "train"},
+    "nodes": ABOVE_DATA | {"real2sim", "skills", "data", "train", "loop"},
 }
 ROS = ("rclpy", "rosidl", "rosgraph_msgs", "sensor_msgs", "std_msgs", "std_srvs", "trajectory_msgs", "geometry_msgs",
        "control_msgs", "tf2_msgs", "action_msgs",

@@ -390,3 +390,26 @@ def test_stills_that_do_not_fit_are_refused_by_name(synthetic, tmp_path):
             "observation.images.scene": np.zeros((2, 24, 32, 3), np.uint8)})])
     with pytest.raises(TrainError, match=r"observation.environment_state is \['cup.x', 'cup.y'\]; expected"):
         Trainer(TrainConfig(**base, stills=str(other)), tmp_path / "c").train(progress=False)
+
+
+def test_fine_tuning_starts_from_a_checkpoint_and_keeps_its_normalisation(synthetic, tmp_path):
+    config = TrainConfig(dataset=str(synthetic), policy="mlp", steps=300, batch=16, checkpoint_every=300, seed=3,
+                         model={"hidden": 32, "layers": 2})
+    first = Trainer(config, tmp_path / "first").train(progress=False)
+    tuned_config = TrainConfig(**{**config.__dict__, "steps": 10, "checkpoint_every": 10, "init": str(first)})
+    tuned = Trainer(tuned_config, tmp_path / "tuned").train(progress=False)
+    scratch = Trainer(TrainConfig(**{**config.__dict__, "steps": 10, "checkpoint_every": 10}),
+                      tmp_path / "scratch").train(progress=False)
+    first_loss = {name: json.loads((tmp_path / name / "losses.json").read_text())["train"][0][1]
+                  for name in ("first", "tuned", "scratch")}
+    # It goes on from what the checkpoint learnt: its first step's loss is the trained model's, not a new one's.
+    assert first_loss["tuned"] < 0.6 * first_loss["scratch"]
+    stored = {name: torch.load(path / "model.pt", weights_only=True)
+              for name, path in (("first", first), ("tuned", tuned))}
+    assert stored["tuned"]["normalization"] == stored["first"]["normalization"]
+    assert stored["tuned"]["model"]["kwargs"] == stored["first"]["model"]["kwargs"]
+    # A checkpoint of another shape is refused by name, and so is a folder that is not a checkpoint.
+    with pytest.raises(TrainError, match="chunk_length 10 here 5"):
+        Trainer(TrainConfig(**{**tuned_config.__dict__, "chunk_length": 5}), tmp_path / "other").train(progress=False)
+    with pytest.raises(TrainError, match="no model.pt"):
+        TrainConfig(**{**tuned_config.__dict__, "init": str(tmp_path)}).check()

@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from r2s2r.real2sim.cli import add_real2sim_parsers
     add_real2sim_parsers(sub)
+    from r2s2r.loop.cli import add_loop_parsers
+    add_loop_parsers(sub)
     return parser
 
 

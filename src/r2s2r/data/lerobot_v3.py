@@ -690,12 +690,17 @@ def write_episodes(root: str | Path, fps: int, features: Mapping[str, Feature], 
     return writer.close()
 
 
-def merge(sources: Sequence[str | Path], out: str | Path) -> Path:
+def merge(sources: Sequence[str | Path], out: str | Path,
+          labels: Sequence[Mapping[str, Any] | None] | None = None) -> Path:
     """One dataset of the episodes of `sources`, in order: they must have the same fps, robot and
-    features (videos are decoded and encoded again)."""
+    features (videos are decoded and encoded again). `labels[i]`: per-episode columns added to
+    every episode of source i (r2s2r improve's round and origin); None keeps what it has."""
     datasets = [open_dataset(s) for s in sources]
     if not datasets:
         raise DatasetError("merge: no dataset given")
+    labels = list(labels) if labels is not None else [None] * len(datasets)
+    if len(labels) != len(datasets):
+        raise DatasetError(f"merge: {len(labels)} labels for {len(datasets)} datasets; expected one per dataset")
     first = datasets[0]
     shape = {k: (f.dtype, f.shape, f.names) for k, f in first.own_features.items()}
     for other in datasets[1:]:
@@ -707,10 +712,10 @@ def merge(sources: Sequence[str | Path], out: str | Path) -> Path:
     features = {k: Feature(f.dtype, f.shape, f.names) for k, f in first.own_features.items()}
 
     def episodes() -> Iterator[Episode]:
-        for dataset in datasets:
+        for dataset, label in zip(datasets, labels):
             for episode in dataset:
                 episode.frames = {k: v for k, v in episode.frames.items() if k in features}
-                episode.meta = {**episode.meta, "r2s2r/source": str(dataset.root)}
+                episode.meta = {**episode.meta, "r2s2r/source": str(dataset.root), **(label or {})}
                 yield episode
     return write_episodes(out, first.fps, features, first.robot_type, episodes())
 

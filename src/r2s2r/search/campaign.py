@@ -73,11 +73,12 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
                backend: str = "process", address: str | None = None, store=None, refine_steps: int = 4,
                control_rate_hz: float | None = None, progress: bool = True, task_ref: str | None = None,
                min_cluster: int = 3, sampler_options: dict | None = None,
-               envelope: str | None = None, policy_batch: int = 1) -> SearchOutcome:
+               envelope: str | None = None, policy_batch: int = 1, pool: TrialPool | None = None) -> SearchOutcome:
     """Run (or resume) a search; `task` is a loaded Task, `store` a TrialStore, `sampler_options`
     the sampler's keyword arguments (samplers.py: warmup, elite_fraction, startup, ...),
     `envelope` one of the space's named sub-boxes to search within (None: the whole space),
-    `policy_batch` the trials a worker runs in lockstep (TrialPool.run: the same results)."""
+    `policy_batch` the trials a worker runs in lockstep (TrialPool.run: the same results),
+    `pool` workers the caller keeps (default: `workers` on `backend`, started for this search)."""
     if budget < 1 or batch < 1 or refine_steps < 0:
         raise ValueError(f"budget {budget}, batch {batch}, refine_steps {refine_steps}; expected budget >= 1, "
                          "batch >= 1, refine_steps >= 0")
@@ -108,7 +109,9 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
 
     results: list[TrialResult] = []
     refined: list[TrialResult] = []
-    pool = TrialPool(workers, backend, address)  # warm workers for every round
+    own_pool = pool is None
+    if own_pool:
+        pool = TrialPool(workers, backend, address)  # warm workers for every round
     try:
         while len(results) < budget:
             points = proposer.ask(min(batch, budget - len(results)))
@@ -130,7 +133,8 @@ def run_search(task, policy: str, budget: int, sampler: str = "uniform", seed: i
 
         boundaries = bisect(pairs, refine_steps, evaluate)
     finally:
-        pool.close()
+        if own_pool:
+            pool.close()
         bar.close()
     return SearchOutcome(name, Path(store.path), config, results, refined, atlas, boundaries, space.space, units)
 

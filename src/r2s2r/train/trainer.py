@@ -76,6 +76,9 @@ class TrainConfig:
     # 15x slower when another process holds a core. Results are deterministic for a thread count.
     threads: int = 1
     model: dict = field(default_factory=dict)  # the model's own keyword arguments (width, layers)
+    # A checkpoint folder (RUN/checkpoints/step_N) whose model starts this run: fine-tuning. Its
+    # architecture, action range and normalisation are kept, so what it learnt keeps its meaning.
+    init: str | None = None
 
     def check(self) -> None:
         if self.policy not in POLICIES:
@@ -103,6 +106,9 @@ class TrainConfig:
             raise TrainError(f"still_steps {self.still_steps} without stills; expected a stills dataset")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise TrainError(f"learning_rate {self.learning_rate}; expected a positive number")
+        if self.init is not None and not (Path(self.init) / "model.pt").is_file():
+            raise TrainError(f"init {self.init}: no model.pt; expected a checkpoint folder of r2s2r train "
+                             "(RUN/checkpoints/step_NNNNNN)")
 
 
 # -- the data ------------------------------------------------------------------------------------------
@@ -250,10 +256,13 @@ class Trainer:
         except DatasetError as exc:
             raise TrainError(str(exc)) from None
         train_frames, validation_frames = data.split(config.validation_share, config.seed)
-        normalizer = normalizer_for(data.dataset, cameras, config.privileged)
         metadata = self._metadata(data.dataset, cameras)
-        kwargs = self._model_kwargs(data, cameras, normalizer)
-        model = self._model(kwargs)
+        if config.init is None:
+            normalizer = normalizer_for(data.dataset, cameras, config.privileged)
+            kwargs = self._model_kwargs(data, cameras, normalizer)
+            model = self._model(kwargs)
+        else:
+            model, normalizer, kwargs = self._initial(data, metadata)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
                                       weight_decay=config.weight_decay)
         history = {"train": [], "validation": [], "wall_s": 0.0}
@@ -419,6 +428,25 @@ class Trainer:
             return (StateMLP if self.config.policy == "mlp" else ActPolicy)(**kwargs)
         except TypeError as exc:
             raise TrainError(f"model settings {self.config.model}: {exc}") from None
+
+    def _initial(self, data: TrainingData, metadata):
+        """The model, normalisation and model settings of the `init` checkpoint, checked to fit this run."""
+        import torch
+        from r2s2r.policy.normalize import Normalizer
+        init = Path(self.config.init) / "model.pt"
+        stored = torch.load(init, map_location="cpu", weights_only=True)
+        kwargs = dict(stored["model"]["kwargs"])
+        expected = {"state_size": data.states.shape[1], "action_size": data.actions.shape[1],
+                    "chunk_length": self.config.chunk_length}
+        differ = {k: (kwargs.get(k), v) for k, v in expected.items() if kwargs.get(k) != v}
+        same_io = json.dumps(stored["policy"], sort_keys=True) == json.dumps(metadata.to_dict(), sort_keys=True)
+        if not same_io or differ:
+            raise TrainError(f"init {init.parent}: its policy does not fit this run "
+                             f"({', '.join(f'{k} {a} here {b}' for k, (a, b) in differ.items()) or 'observations or actions differ'}); "
+                             "expected a checkpoint trained with the same settings on data of the same features")
+        model = self._model(kwargs)
+        model.load_state_dict(stored["state_dict"])
+        return model, Normalizer.from_dict(stored["normalization"], str(init)), kwargs
 
     def _save(self, step, model, optimizer, history, metadata, normalizer, kwargs, save_checkpoint) -> Path:
         import torch

@@ -1,0 +1,76 @@
+"""`r2s2r improve`: targeted rounds of failure search, demonstrations and training (loop.improve).
+
+    r2s2r improve --task T --policy RUN_OR_CHECKPOINT --rounds K --search-budget S --demos-per-round M
+                  [--envelope E] [--control uniform] [--held-out 500] [--retrain scratch|finetune] --out DIR
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from r2s2r.eval.cli import _count
+
+
+def _improve(args) -> int:
+    from r2s2r.data.lerobot_v3 import DatasetError
+    from r2s2r.eval.runner import TrialError
+    from r2s2r.eval.store import StoreError
+    from r2s2r.loop.improve import ImproveConfig, ImproveError, run_improve
+    from r2s2r.policy.types import PolicyError
+    from r2s2r.train.trainer import TrainError
+    config = ImproveConfig(task=args.task, policy=args.policy, rounds=args.rounds, search_budget=args.search_budget,
+                           demos_per_round=args.demos_per_round, envelope=args.envelope, control=args.control,
+                           held_out=args.held_out, seed=args.seed, sampler=args.sampler, retrain=args.retrain,
+                           train_steps=args.train_steps, boundary_share=args.boundary_share)
+    try:
+        improvement = run_improve(config, args.out, workers=args.workers, progress=not args.no_progress,
+                                  images=not args.no_images)
+    except (ImproveError, DatasetError, TrainError, PolicyError, StoreError, TrialError) as exc:
+        print(f"r2s2r improve: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nr2s2r improve: stopped; every finished step is kept in {args.out}: rerun the same command to "
+              "resume", file=sys.stderr)
+        return 130
+    start = improvement.start
+    print(f"start:    {start.successes}/{start.trials} held-out successes")
+    for arm, rounds in improvement.rounds.items():
+        for r in rounds:
+            print(f"{arm:9s} round {r.round}: {r.successes}/{r.trials} ({r.total_demos} demonstrations)")
+    for c in improvement.comparisons:
+        print(f"round {c['round']}: targeted - uniform = {c['difference']:+.1%} (McNemar p = {c['p_value']:.3g})")
+    print(f"report {Path(args.out) / 'report.html'}")
+    return 0
+
+
+def add_loop_parsers(sub) -> None:
+    from r2s2r.loop.improve import CONTROLS, RETRAIN
+    im = sub.add_parser("improve", help="turn a trained policy's failures in the twin into data and a better policy "
+                                        "(targeted rounds, optionally against a uniform control arm)")
+    im.add_argument("--task", required=True)
+    im.add_argument("--policy", required=True, help="a training run of r2s2r train (its last checkpoint) or "
+                                                    "RUN/checkpoints/step_NNNNNN")
+    im.add_argument("--rounds", type=_count(1, 100), default=3)
+    im.add_argument("--search-budget", type=_count(1), default=200, help="failure-search trials per round")
+    im.add_argument("--demos-per-round", type=_count(1), default=50, help="expert demonstrations added per round")
+    im.add_argument("--envelope", default=None, help="the perturbation space's named envelope to work within")
+    im.add_argument("--control", choices=CONTROLS, default=None,
+                    help="a control arm spending the same demonstrations on conditions drawn uniformly")
+    im.add_argument("--held-out", type=_count(1), default=500, help="held-out evaluation trials per checkpoint")
+    im.add_argument("--retrain", choices=RETRAIN, default="scratch",
+                    help="train each round's policy from scratch, or fine-tune the current checkpoint")
+    im.add_argument("--train-steps", type=_count(1, 10**7), default=None,
+                    help="training steps per round (default: the starting run's)")
+    im.add_argument("--sampler", default="cem", help="the failure search's sampler")
+    im.add_argument("--boundary-share", type=float, default=0.5,
+                    help="share of the targeted conditions drawn across failure boundaries (the rest in clusters)")
+    im.add_argument("--seed", type=int, default=0)
+    im.add_argument("--workers", type=_count(1, 256), default=2)
+    im.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")
+    im.add_argument("--no-images", action="store_true", help="no pictures of the failure clusters in the report")
+    im.add_argument("--no-progress", action="store_true")
+    im.set_defaults(func=_improve)
+
+
+__all__ = ["add_loop_parsers"]
