@@ -31,9 +31,10 @@ from r2s2r.waiting import wait_for
 REPO = Path(__file__).resolve().parents[1]
 TASK = "franka_block_in_bowl"
 SETTINGS = dict(task=TASK, rounds=1, search_budget=4, demos_per_round=2, envelope="operating", control="uniform",
-                held_out=4, sampler="uniform", train_steps=20, seed=3)
-STEPS = ["start/evaluate", "targeted/search", "targeted/demonstrations", "targeted/dataset", "targeted/train",
-         "targeted/evaluate", "uniform/demonstrations", "uniform/dataset", "uniform/train", "uniform/evaluate"]
+                held_out=4, sampler="uniform", train_steps=20, seed=3, relabelled_per_round=1)
+STEPS = ["start/evaluate", "targeted/search", "targeted/demonstrations", "targeted/relabelled", "targeted/dataset",
+         "targeted/train", "targeted/evaluate", "uniform/demonstrations", "uniform/relabelled", "uniform/dataset",
+         "uniform/train", "uniform/evaluate"]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def outcomes(out: Path) -> dict:
             campaign = f"held-out-{arm}-{r['round']}"
             found[campaign] = [(t.seed, tuple(sorted(t.perturbation.items())), t.success, t.margin, t.stage)
                                for t in store.results(campaign)]
-            found[f"{campaign} data"] = [r[k] for k in ("successes", "trials", "demos", "total_demos",
+            found[f"{campaign} data"] = [r[k] for k in ("successes", "trials", "demos", "total_episodes",
                                                         "collection_trials", "search_trials", "origins")]
             # The clusters, without their trials' ids (a trial's id names the checkpoint's path).
             found[f"{campaign} atlas"] = [(c["stage"], c["size"], c["conditions"]) for c in r["atlas"]["clusters"]]
@@ -105,12 +106,16 @@ def test_a_tiny_improvement_runs_end_to_end_with_its_control_arm(reference, star
         store.close()
     for arm, rounds in reference.rounds.items():
         (r,) = rounds
-        assert r.demos == 2 and r.total_demos == 5 and r.trials == 4
+        assert r.demos == 2 and r.relabelled == 1 and r.total_episodes == 6 and r.trials == 4
         assert r.collection_trials >= 2 and r.train_steps == 20
         assert (r.search_trials == SETTINGS["search_budget"]) == (arm == "targeted")
         data = episodes(out / arm / "round_1" / "dataset")
-        # The start's three episodes, then this round's two, each labelled with its round and origin.
-        assert [(e[0], e[1]) for e in data] == [(0, "start")] * 3 + [(1, f"{arm} expert")] * 2
+        # The start's three episodes, then this round's two demonstrations and its relabelled rollout of
+        # the starting checkpoint, each labelled with its round and origin.
+        assert [(e[0], e[1]) for e in data] == [(0, "start")] * 3 + [(1, f"{arm} expert")] * 2 + \
+            [(1, f"{arm} relabelled")]
+        assert [e["r2s2r/actions"] for e in open_dataset(out / arm / "round_1" / "dataset").episodes][-1] == \
+            f"scripted:{TASK} (state feedback)"
         # The collections' seeds are not the held-out ones either.
         assert not {e[2] for e in data} & reserved
         # And the checkpoint evaluated is the one trained on that data.
@@ -124,7 +129,7 @@ def test_a_tiny_improvement_runs_end_to_end_with_its_control_arm(reference, star
         cluster = clusters[condition["origin"]]
         for bound in cluster["conditions"]:
             assert bound["low"] - 1e-9 <= condition["values"][bound["factor"]] <= bound["high"] + 1e-9
-    targeted_demos = {e[3] for e in episodes(out / "targeted" / "round_1" / "dataset")[3:]}
+    targeted_demos = {e[3] for e in episodes(out / "targeted" / "round_1" / "dataset")[3:]}  # and relabelled
     drawn = {json.dumps(c["values"], sort_keys=True) for c in conditions["conditions"]}
     assert targeted_demos <= drawn
     summary = json.loads((out / "summary.json").read_text())
@@ -138,7 +143,7 @@ def test_killed_at_every_step_it_resumes_to_the_same_results(reference, start_ru
     command = [sys.executable, "-m", "r2s2r.cli", "improve", "--policy", str(start_run), "--task", TASK,
                "--rounds", "1", "--search-budget", "4", "--demos-per-round", "2", "--envelope", "operating",
                "--control", "uniform", "--held-out", "4", "--sampler", "uniform", "--train-steps", "20",
-               "--seed", "3", "--workers", "1", "--no-progress", "--out", str(out)]
+               "--seed", "3", "--relabelled-per-round", "1", "--workers", "1", "--no-progress", "--out", str(out)]
     for step in STEPS:  # killed as each step begins, then started again
         proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)

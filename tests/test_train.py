@@ -398,8 +398,8 @@ def test_fine_tuning_starts_from_a_checkpoint_and_keeps_its_normalisation(synthe
     first = Trainer(config, tmp_path / "first").train(progress=False)
     tuned_config = TrainConfig(**{**config.__dict__, "steps": 10, "checkpoint_every": 10, "init": str(first)})
     tuned = Trainer(tuned_config, tmp_path / "tuned").train(progress=False)
-    scratch = Trainer(TrainConfig(**{**config.__dict__, "steps": 10, "checkpoint_every": 10}),
-                      tmp_path / "scratch").train(progress=False)
+    Trainer(TrainConfig(**{**config.__dict__, "steps": 10, "checkpoint_every": 10}),
+            tmp_path / "scratch").train(progress=False)
     first_loss = {name: json.loads((tmp_path / name / "losses.json").read_text())["train"][0][1]
                   for name in ("first", "tuned", "scratch")}
     # It goes on from what the checkpoint learnt: its first step's loss is the trained model's, not a new one's.

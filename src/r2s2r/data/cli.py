@@ -78,7 +78,8 @@ def _collect(args) -> int:
     cameras = None if args.cameras is None else tuple(c.strip() for c in args.cameras.split(",") if c.strip())
     options = CollectOptions(task=task.name, policy=args.policy or task.expert, episodes=args.episodes,
                              seed=args.seed, keep=args.keep, envelope=args.envelope, conditions=conditions,
-                             cameras=cameras, image_size=args.image_size, privileged=args.privileged)
+                             cameras=cameras, image_size=args.image_size, privileged=args.privileged,
+                             relabel=args.relabel)
     try:
         with TrialPool(args.workers, args.backend, args.address) as pool:
             done = collect(options, args.out, pool, progress=not args.no_progress)
@@ -159,6 +160,9 @@ def add_dataset_parsers(sub) -> None:
     co.add_argument("--image-size", type=image_size_type, default=(128, 96), help="WIDTHxHEIGHT of the recorded images")
     co.add_argument("--privileged", action="store_true",
                     help="also record the objects' poses (observation.environment_state, flagged as privileged)")
+    co.add_argument("--relabel", action="store_true",
+                    help="relabelled rollouts (DAgger): --policy acts, and each frame's action is what the task's "
+                         "expert would command from that state (its state-feedback form)")
     co.add_argument("--seed", type=int, default=0, help="episode i's perturbation and seed come from it")
     co.add_argument("--workers", type=_count(1, 1024), default=1, help="parallel trials (processes, or Ray actors)")
     co.add_argument("--backend", choices=("process", "ray"), default="process")

@@ -54,6 +54,9 @@ class CollectOptions:
     cameras: tuple[str, ...] | None = None  # None: every camera of the task's scene
     image_size: tuple[int, int] = (128, 96)  # width, height
     privileged: bool = False
+    # Relabelled rollouts (DAgger): `policy` acts, and each tick's action is what the task's
+    # expert, in its state-feedback form, would command from the state the policy reached.
+    relabel: bool = False
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -75,10 +78,15 @@ def rendered(renderer, camera: str, size: tuple[int, int]) -> np.ndarray:
 
 class DemonstrationRecorder(RecordingObserver):
     """Records one trial's frames (see the module's docstring). The image of tick k is rendered
-    when the twin is at tick k's time: at the start, then after each tick for the next."""
+    when the twin is at tick k's time: at the start, then after each tick for the next. With
+    `relabel`, a tick's action is the task expert's (its state-feedback form) from that tick's
+    observation, not the command the trial's policy sent."""
 
-    def __init__(self, cameras: Sequence[str], image_size: tuple[int, int], objects: Sequence[str] = ()):
+    def __init__(self, cameras: Sequence[str], image_size: tuple[int, int], objects: Sequence[str] = (),
+                 relabel: bool = False):
         self.cameras, self.image_size, self.object_names = tuple(cameras), tuple(image_size), tuple(objects)
+        self.relabel = relabel
+        self._labeller = None
         self.states: list[np.ndarray] = []
         self.actions: list[np.ndarray] = []
         self.objects: list[np.ndarray] = []
@@ -89,7 +97,10 @@ class DemonstrationRecorder(RecordingObserver):
     def start(self, twin, loop, task) -> None:
         from r2s2r.policy import PolicyMetadata
         from r2s2r.robots import get_robot
-        self._space = PolicyMetadata.for_robot(get_robot(task.robot)).action
+        defaults = PolicyMetadata.for_robot(get_robot(task.robot))
+        self._space = defaults.action
+        if self.relabel:
+            self._labeller = expert_labeller(task, defaults)
         if self.cameras:
             from r2s2r.sim.render import TwinRenderer
             self._renderer = TwinRenderer(twin)
@@ -101,7 +112,13 @@ class DemonstrationRecorder(RecordingObserver):
     def tick(self, twin, loop, observation, command) -> None:
         state = observation.state(self._space)
         self.states.append(state)
-        if command is None:  # nothing commanded yet: the driver holds where the arm is
+        if self._labeller is not None:
+            from r2s2r.policy import Observation
+            chunk = self._labeller.act(observation)
+            first = Observation(chunk.stamp, {g: np.asarray(v)[0] for g, v in chunk.joints.items()},
+                                {g: float(np.asarray(v)[0]) for g, v in chunk.grippers.items()})
+            self.actions.append(first.state(self._space))
+        elif command is None:  # nothing commanded yet: the driver holds where the arm is
             self.actions.append(state.copy())
         else:  # the command's targets in the state's layout, flattened as an observation is
             from r2s2r.policy import Observation
@@ -129,6 +146,19 @@ class DemonstrationRecorder(RecordingObserver):
         return frames
 
 
+def expert_labeller(task, defaults):
+    """The task's expert in its state-feedback form (skills.experts.FEEDBACK), reset."""
+    from r2s2r.policy import load_policy
+    from r2s2r.policy.loader import PolicyConfig
+    from r2s2r.skills.experts import FEEDBACK
+    if task.name not in FEEDBACK:
+        raise DatasetError(f"task {task.name}: its expert has no state-feedback form to relabel with; expected one "
+                           f"of {', '.join(FEEDBACK)}")
+    labeller = load_policy(PolicyConfig(uri=task.expert, params={"feedback": True}), defaults)
+    labeller.reset()
+    return labeller
+
+
 def privileged_objects(task) -> list[str]:
     """The bodies observation.environment_state holds, in order: the task's own objects and
     fixtures (a perturbation's distractors come and go, so they are left out)."""
@@ -139,7 +169,7 @@ def recorder_for(options: CollectOptions, task, cameras: Sequence[str]):
     """A picklable factory of the collection's recorders (TrialPool.run_recorded)."""
     from functools import partial
     objects = privileged_objects(task) if options.privileged else ()
-    return partial(DemonstrationRecorder, tuple(cameras), options.image_size, tuple(objects))
+    return partial(DemonstrationRecorder, tuple(cameras), options.image_size, tuple(objects), options.relabel)
 
 
 # -- planning ------------------------------------------------------------------------------------------
@@ -299,6 +329,10 @@ def _collect(options: CollectOptions, out: Path, pool, progress: bool) -> Collec
         raise DatasetError(f"task {task.name} runs its policy at {fps} Hz; a dataset needs a whole fps")
     cameras = task_cameras(task, options.cameras)
     check_policy(options.policy, task)  # a policy that does not fit the task fails here, in one line
+    if options.relabel:  # and so does a task whose expert cannot label states
+        from r2s2r.policy import PolicyMetadata
+        from r2s2r.robots import get_robot
+        expert_labeller(task, PolicyMetadata.for_robot(get_robot(task.robot)))
     staging = Staging(out, options)
     staging.open()
     stored = staging.stored()
@@ -373,9 +407,11 @@ def write(out: Path, staging: Staging, options: CollectOptions, task, robot, cam
         writer.add(Episode(text, frames, {
             "r2s2r/trial_id": r.id, "r2s2r/trial_index": index, "r2s2r/seed": r.seed,
             "r2s2r/perturbation": json.dumps(r.perturbation, sort_keys=True), "r2s2r/success": r.success,
-            "r2s2r/margin": r.margin, "r2s2r/stage": r.stage, "r2s2r/policy": r.policy}))
+            "r2s2r/margin": r.margin, "r2s2r/stage": r.stage, "r2s2r/policy": r.policy,
+            "r2s2r/actions": f"{task.expert} (state feedback)" if options.relabel else "commanded"}))
     writer.close()
     meta = {"task": task.name, "policy": options.policy, "seed": options.seed, "keep": options.keep,
+            "actions": f"relabelled by {task.expert} (state feedback)" if options.relabel else "commanded",
             "envelope": options.envelope, "trials": len(results),
             "successes": sum(r.success for r in results.values()),
             "privileged": ["observation.environment_state"] if options.privileged else [],

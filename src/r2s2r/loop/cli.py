@@ -22,7 +22,8 @@ def _improve(args) -> int:
     config = ImproveConfig(task=args.task, policy=args.policy, rounds=args.rounds, search_budget=args.search_budget,
                            demos_per_round=args.demos_per_round, envelope=args.envelope, control=args.control,
                            held_out=args.held_out, seed=args.seed, sampler=args.sampler, retrain=args.retrain,
-                           train_steps=args.train_steps, boundary_share=args.boundary_share)
+                           train_steps=args.train_steps, boundary_share=args.boundary_share,
+                           relabelled_per_round=args.relabelled_per_round)
     try:
         improvement = run_improve(config, args.out, workers=args.workers, progress=not args.no_progress,
                                   images=not args.no_images)
@@ -37,7 +38,7 @@ def _improve(args) -> int:
     print(f"start:    {start.successes}/{start.trials} held-out successes")
     for arm, rounds in improvement.rounds.items():
         for r in rounds:
-            print(f"{arm:9s} round {r.round}: {r.successes}/{r.trials} ({r.total_demos} demonstrations)")
+            print(f"{arm:9s} round {r.round}: {r.successes}/{r.trials} ({r.total_episodes} episodes)")
     for c in improvement.comparisons:
         print(f"round {c['round']}: targeted - uniform = {c['difference']:+.1%} (McNemar p = {c['p_value']:.3g})")
     print(f"report {Path(args.out) / 'report.html'}")
@@ -54,6 +55,9 @@ def add_loop_parsers(sub) -> None:
     im.add_argument("--rounds", type=_count(1, 100), default=3)
     im.add_argument("--search-budget", type=_count(1), default=200, help="failure-search trials per round")
     im.add_argument("--demos-per-round", type=_count(1), default=50, help="expert demonstrations added per round")
+    im.add_argument("--relabelled-per-round", type=_count(0), default=0,
+                    help="rollouts of the current checkpoint per round, each action relabelled by the expert "
+                         "(DAgger; the expert's state-feedback form)")
     im.add_argument("--envelope", default=None, help="the perturbation space's named envelope to work within")
     im.add_argument("--control", choices=CONTROLS, default=None,
                     help="a control arm spending the same demonstrations on conditions drawn uniformly")

@@ -11,14 +11,17 @@ Each round of the targeted arm:
    and its atlas;
 2. **conditions**: initial conditions drawn inside the atlas's clusters (in proportion to their
    sizes) and across the bisected boundaries between failure and success (the near-misses);
-3. **demonstrations**: the task's expert at those conditions (`r2s2r collect`, successes kept);
+3. **demonstrations**: the task's expert at those conditions (`r2s2r collect`, successes kept)
+   and, with `relabelled_per_round`, rollouts of the current checkpoint at the same
+   conditions whose every action is relabelled with the expert's (`r2s2r collect --relabel`);
 4. **dataset**: every episode so far in one LeRobot dataset, each labelled with its round and
    origin (`r2s2r/round`, `r2s2r/origin` in meta/episodes);
 5. **training**: the starting run's settings on that dataset, from scratch or fine-tuned from the
    current checkpoint (`retrain`);
 6. **evaluation**: the new checkpoint on the held-out trials.
 
-The control arm (`control="uniform"`) spends exactly as many demonstrations per round, drawn
+The control arm (`control="uniform"`) spends exactly as many demonstrations (and relabelled
+rollouts) per round, drawn
 uniformly from the envelope, from the same starting checkpoint with the same training settings.
 Both arms are evaluated on the same held-out trials: `held_out` draws over the envelope from a
 seed stream reserved at the start, which no search, collection or condition ever draws from.
@@ -60,7 +63,7 @@ CONDITIONS_PER_DEMO = 3  # conditions drawn per demonstration wanted: the expert
 STATE = "state"  # OUT/state/options.json: the configuration a resumed run must match
 # The seed streams of one improvement run: held-out trials, and per arm and round the search,
 # the conditions and the demonstrations; each a campaign seed of its own (stream, seed, ...).
-HELD_OUT, SEARCH, CONDITIONS, DATA = 1, 2, 3, 4
+HELD_OUT, SEARCH, CONDITIONS, DATA, RELABELLED = 1, 2, 3, 4, 5
 
 
 class ImproveError(ValueError):
@@ -84,6 +87,7 @@ class ImproveConfig:
     retrain: str = "scratch"
     train_steps: int | None = None  # None: the starting run's
     boundary_share: float = 0.5  # of each round's conditions drawn across the failure boundaries
+    relabelled_per_round: int = 0  # rollouts of the current checkpoint relabelled by the expert (DAgger)
 
     def check(self) -> None:
         for name in ("rounds", "search_budget", "demos_per_round", "held_out"):
@@ -95,6 +99,8 @@ class ImproveConfig:
             raise ImproveError(f"retrain {self.retrain!r}; expected one of {', '.join(RETRAIN)}")
         if self.train_steps is not None and self.train_steps < 1:
             raise ImproveError(f"train_steps is {self.train_steps}; expected 1 or more")
+        if self.relabelled_per_round < 0:
+            raise ImproveError(f"relabelled_per_round is {self.relabelled_per_round}; expected 0 or more")
         if not 0.0 <= self.boundary_share <= 1.0:
             raise ImproveError(f"boundary_share {self.boundary_share}; expected in [0, 1]")
 
@@ -211,7 +217,8 @@ class RoundResult:
     trials: int
     outcomes: list[bool]  # per held-out trial, in plan order
     demos: int = 0  # demonstrations added this round
-    total_demos: int = 0  # in the dataset the checkpoint was trained on
+    relabelled: int = 0  # relabelled rollouts of the current checkpoint added this round
+    total_episodes: int = 0  # in the dataset the checkpoint was trained on
     collection_trials: int = 0  # expert trials run to get them
     search_trials: int = 0
     train_steps: int = 0
@@ -282,22 +289,26 @@ class _Run:
             raise ImproveError(f"{what}: trial seeds {sorted(shared)[:3]} are held-out seeds; expected none "
                                f"(choose another --seed)")
 
-    def demonstrations(self, arm: str, round_: int, folder: Path, conditions: list[Condition] | None):
-        """The round's demonstrations (a finished collection is kept as it is)."""
-        seed = stream_seed(self.config.seed, DATA, ARMS.index(arm), round_)
+    def demonstrations(self, arm: str, round_: int, folder: Path, conditions: list[Condition] | None,
+                       policy: str | None = None, count: int | None = None) -> dict:
+        """The round's expert demonstrations, or with `policy` its rollouts relabelled by the
+        expert (every one kept); a finished collection is kept as it is. Its meta/r2s2r.json."""
+        relabel = policy is not None
+        seed = stream_seed(self.config.seed, RELABELLED if relabel else DATA, ARMS.index(arm), round_)
         options = CollectOptions(
-            task=self.config.task, policy=self.task.expert, episodes=self.config.demos_per_round, seed=seed,
-            keep="success", envelope=None if conditions else self.config.envelope,
+            task=self.config.task, policy=policy or self.task.expert, seed=seed,
+            episodes=count or self.config.demos_per_round, keep="all" if relabel else "success",
+            envelope=None if conditions else self.config.envelope,
             conditions=None if not conditions else tuple(tuple(sorted(c.values.items())) for c in conditions),
             cameras=self.collection["cameras"], image_size=self.collection["image_size"],
-            privileged=self.collection["privileged"])
+            privileged=self.collection["privileged"], relabel=relabel)
         from r2s2r.data.collect import MAX_ATTEMPTS_PER_EPISODE
-        self._check_apart(seed, self.config.demos_per_round * MAX_ATTEMPTS_PER_EPISODE, f"{arm} demonstrations")
+        self._check_apart(seed, options.episodes * MAX_ATTEMPTS_PER_EPISODE, f"{arm} {folder.name}")
         if not ((folder / "meta/info.json").is_file() and not (folder / ".collect").exists()):
             collect(options, folder, self.pool, self.progress)
         return json.loads((folder / META_PATH).read_text())
 
-    def dataset(self, previous: Path, demos: Path, arm: str, round_: int, folder: Path) -> Path:
+    def dataset(self, previous: Path, added: Sequence[tuple[Path, str]], round_: int, folder: Path) -> Path:
         """Every episode so far, each labelled with its round and origin; written whole."""
         if (folder / "meta/info.json").is_file():
             return folder
@@ -305,7 +316,8 @@ class _Run:
         if partial.exists():
             shutil.rmtree(partial)
         first = {"r2s2r/round": 0, "r2s2r/origin": "start"} if round_ == 1 else None
-        merge([previous, demos], partial, labels=[first, {"r2s2r/round": round_, "r2s2r/origin": f"{arm} expert"}])
+        merge([previous, *(path for path, _ in added)], partial,
+              labels=[first, *({"r2s2r/round": round_, "r2s2r/origin": origin} for _, origin in added)])
         os.replace(partial, folder)
         return folder
 
@@ -344,17 +356,24 @@ class _Run:
         demos = folder / "demos"
         meta = self.demonstrations(arm, round_, demos, conditions)
         origins = self._origins(demos, conditions)
+        added = [(demos, f"{arm} expert")]
+        if self.config.relabelled_per_round:
+            self.log(arm, round_, "relabelled", f"{self.config.relabelled_per_round} rollouts of {current.name}, "
+                     "relabelled by the expert")
+            self.demonstrations(arm, round_, folder / "relabelled", conditions, str(current),
+                                self.config.relabelled_per_round)
+            added.append((folder / "relabelled", f"{arm} relabelled"))
         self.log(arm, round_, "dataset", "every episode so far in one dataset")
-        dataset = self.dataset(previous, demos, arm, round_, folder / "dataset")
+        dataset = self.dataset(previous, added, round_, folder / "dataset")
         self.log(arm, round_, "train", f"training ({self.config.retrain})")
         checkpoint = self.train(dataset, current, folder / "run")
         self.log(arm, round_, "evaluate", f"{self.config.held_out} held-out trials")
         results, atlas = self.evaluate(checkpoint, arm, round_)
         total = len(open_dataset(dataset).episodes)
         result = RoundResult(arm, round_, str(checkpoint), sum(r.success for r in results), len(results),
-                             [r.success for r in results], self.config.demos_per_round, total, int(meta["trials"]),
-                             search_trials, int(checkpoint.name.split("_")[1]), atlas.to_dict(), search_atlas,
-                             origins)
+                             [r.success for r in results], self.config.demos_per_round,
+                             self.config.relabelled_per_round, total, int(meta["trials"]), search_trials,
+                             int(checkpoint.name.split("_")[1]), atlas.to_dict(), search_atlas, origins)
         return result, checkpoint, dataset
 
     def _origins(self, demos: Path, conditions: list[Condition] | None) -> dict:
@@ -391,7 +410,7 @@ def _improve(config: ImproveConfig, out: Path, workers: int, progress: bool, ima
         results, atlas = run.evaluate(start, "start", 0)
         base_total = len(open_dataset(run.base_dataset).episodes)
         first = RoundResult("start", 0, str(start), sum(r.success for r in results), len(results),
-                            [r.success for r in results], 0, base_total, 0, 0,
+                            [r.success for r in results], 0, 0, base_total, 0, 0,
                             int(run.settings["steps"]), atlas.to_dict())
         rounds: dict[str, list[RoundResult]] = {arm: [] for arm in resolved.arms}
         state = {arm: (start, run.base_dataset) for arm in resolved.arms}

@@ -91,12 +91,14 @@ def write_improve_report(improvement, run, images: bool = True) -> Path:
         entry.pop("outcomes")  # in trials.sqlite; the page and the summary need the counts
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
 
-    rows = [["start", 0, _rate_cell(improvement.start), improvement.start.total_demos, "-", "-", "-",
+    rows = [["start", 0, _rate_cell(improvement.start), improvement.start.total_episodes, "-", "-", "-",
              improvement.start.train_steps, _atlas_cell(improvement.start.atlas)]]
     for arm, rounds in improvement.rounds.items():
         for r in rounds:
             origins = ", ".join(f"{k} {v}" for k, v in sorted(r.origins.items()))
-            rows.append([arm, r.round, _rate_cell(r), r.total_demos, f"{r.demos} ({origins})", r.collection_trials,
+            relabelled = f" + {r.relabelled} relabelled" if r.relabelled else ""
+            rows.append([arm, r.round, _rate_cell(r), r.total_episodes, f"{r.demos} ({origins}){relabelled}",
+                         r.collection_trials,
                          r.search_trials, r.train_steps, _atlas_cell(r.atlas)])
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>improve: {_esc(cfg.task)}</title>"
              f"<style>{CSS}</style></head><body>",
@@ -108,7 +110,7 @@ def write_improve_report(improvement, run, images: bool = True) -> Path:
              f"at the start); seed {cfg.seed}</p>",
              "<h2>Held-out success per round</h2>",
              f"<img class=plot src='data:image/png;base64,{_plot(improvement)}'/>",
-             _table(["arm", "round", "held-out success [95 % CI]", "demonstrations in all", "added (by origin)",
+             _table(["arm", "round", "held-out success [95 % CI]", "episodes in all", "added (by origin)",
                      "expert trials", "search trials", "training steps", "held-out failure atlas"], rows)]
     if improvement.comparisons:
         parts += ["<h2>Targeted against uniform, at equal data</h2>",

@@ -16,24 +16,30 @@ Parameters (all optional): `speed` (m/s, average TCP speed), `control_rate_hz`,
 `chunk_length`, `squeeze` (m the grip closes past the nominal width), `grasp_retries` (how
 often a failed grasp is tried again, default 0), `grasp_offset` (franka_block_in_bowl: m above
 the object's centre the fingers close at; more is a shallower grasp), `task` (name or path of
-the task whose nominal geometry is used; default the expert's own).
+the task whose nominal geometry is used; default the expert's own), `feedback`
+(franka_block_in_bowl: the expert as a law of the state, which acts from any state; the
+relabeller of `r2s2r collect --relabel`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from r2s2r.config import Section
 from r2s2r.eval.tasks import Task, load_task
-from r2s2r.policy.types import ObservationSpace, PolicyMetadata
+from r2s2r.policy.types import ActionChunk, Observation, ObservationSpace, PolicyMetadata
 from r2s2r.robots import get_robot
-from r2s2r.skills.ik import quat_to_mat
+from r2s2r.skills.ik import ArmIK, quat_to_mat
 from r2s2r.skills.stages import Follow, Grip, Hold, Move, Pose, StageExpert, Verify, top_down, yaw_of
 
 CHUNK = 2
-_KEYS = {"speed", "control_rate_hz", "chunk_length", "squeeze", "grasp_retries", "grasp_offset", "task"}
+_KEYS = {"speed", "control_rate_hz", "chunk_length", "squeeze", "grasp_retries", "grasp_offset", "task", "feedback"}
+GRASP_S = 0.6  # how long the gripper closes before the arm lifts
+LEAD_S = 0.3  # how far a feedback command leads the TCP: the expert's own commands lead it 0.15-0.3 s
+APPROACH_S = 0.25  # a feedback command slows within this many seconds' travel of its goal
 
 
 def _metadata(task: Task, params: Section, name: str) -> PolicyMetadata:
@@ -62,62 +68,190 @@ def _squeezed(width: float, squeeze: float, gripper) -> float:
 
 
 # -- franka_block_in_bowl ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _BlockInBowl:
+    """What franka_block_in_bowl's expert plans with, from the task's nominal geometry and its
+    parameters: shared by the stage expert and its state-feedback form."""
+
+    robot: object
+    obj_name: str
+    bowl_name: str
+    obj: object
+    bowl: object
+    gripper: object
+    rot: np.ndarray
+    grip: float  # the closed gripper's target opening
+    offset: float  # above the object's centre the fingers close at
+    lift: float = 0.15
+    hover: float = 0.12
+
+    @classmethod
+    def of(cls, task: Task, params: Section) -> "_BlockInBowl":
+        robot = get_robot(task.robot)
+        logic = task.params
+        obj = _object_spec(task, logic["object"])
+        gripper = robot.grippers[0]
+        yaw = 0.0  # the home yaw, kept throughout (see the module docstring)
+        squeeze = params.number("squeeze", 0.01, minimum=0.0)
+        offset = params.number("grasp_offset", 0.0, minimum=-obj.half_height, maximum=obj.half_height)
+        return cls(robot, logic["object"], logic["container"], obj,
+                   next(f for f in task.base_scene.fixtures if f.name == logic["container"]), gripper,
+                   top_down(yaw), _squeezed(_width_across_fingers(obj, yaw), squeeze, gripper), offset)
+
+    @property
+    def opened(self) -> float:
+        return self.gripper.opening_range[1]
+
+    def carry_height(self, bowl_pos) -> float:
+        return bowl_pos[2] + self.bowl.height + self.obj.half_height + 0.1
+
+    def place_height(self, bowl_pos) -> float:
+        return bowl_pos[2] + self.bowl.height + self.obj.half_height + 0.015
+
+
 def block_in_bowl_expert(task: Task, params: Section, name: str) -> StageExpert:
-    robot = get_robot(task.robot)
-    logic = task.params
-    obj_name, bowl_name = logic["object"], logic["container"]
-    obj = _object_spec(task, obj_name)
-    bowl = next(f for f in task.base_scene.fixtures if f.name == bowl_name)
-    arm, gripper = "arm", robot.grippers[0]
-    yaw = 0.0  # the home yaw, kept throughout (see the module docstring)
-    rot = top_down(yaw)
-    squeeze = params.number("squeeze", 0.01, minimum=0.0)
+    g = _BlockInBowl.of(task, params)
+    arm, obj_name, bowl_name = "arm", g.obj_name, g.bowl_name
     retries = params.integer("grasp_retries", 0, minimum=0)
-    offset = params.number("grasp_offset", 0.0, minimum=-obj.half_height, maximum=obj.half_height)
-    grip = _squeezed(_width_across_fingers(obj, yaw), squeeze, gripper)
-    lift, hover = 0.15, 0.12
 
     def above_object(e, obs):
-        return Pose(e.object(obs, obj_name)[0] + [0, 0, hover], rot)
+        return Pose(e.object(obs, obj_name)[0] + [0, 0, g.hover], g.rot)
 
     def at_object(e, obs):
         pos = e.object(obs, obj_name)[0]
         e.memory["grasp_z"] = pos[2]
-        return Pose(pos + [0, 0, offset], rot)
+        return Pose(pos + [0, 0, g.offset], g.rot)
 
     def lifted(e, obs):
-        return e.arms[arm].pose.moved(dz=lift)
+        return e.arms[arm].pose.moved(dz=g.lift)
 
     def holding(e, obs):
         pos = e.object(obs, obj_name)[0]
         tcp = e.tcp(arm, obs).pos
-        return pos[2] > e.memory["grasp_z"] + lift / 2 and np.linalg.norm(pos - tcp) < 0.05
+        return pos[2] > e.memory["grasp_z"] + g.lift / 2 and np.linalg.norm(pos - tcp) < 0.05
 
     def above_bowl(e, obs):
         centre = e.object(obs, bowl_name)[0]
-        return Pose(centre + [0, 0, bowl.height + obj.half_height + 0.1], rot)
+        return Pose(np.array([centre[0], centre[1], g.carry_height(centre)]), g.rot)
 
     def into_bowl(e, obs):
         centre = e.object(obs, bowl_name)[0]
-        return Pose(centre + [0, 0, bowl.height + obj.half_height + 0.015], rot)
+        return Pose(np.array([centre[0], centre[1], g.place_height(centre)]), g.rot)
 
     stages = [
-        Move("approach", {arm: above_object}, grippers={arm: gripper.opening_range[1]}),
+        Move("approach", {arm: above_object}, grippers={arm: g.opened}),
         Move("descend", {arm: at_object}, speed=0.12),
-        Grip("grasp", {arm: grip}, duration=0.6),
+        Grip("grasp", {arm: g.grip}, duration=GRASP_S),
         Move("lift", {arm: lifted}, speed=0.15),
         Verify("verify_grasp", holding, retry="approach", retries=retries, give_up="give_up"),
         Move("move", {arm: above_bowl}),
         Move("place", {arm: into_bowl}, speed=0.12),
-        Grip("release", {arm: gripper.opening_range[1]}, duration=0.4),
+        Grip("release", {arm: g.opened}, duration=0.4),
         Move("retreat", {arm: lambda e, obs: e.arms[arm].pose.moved(dz=0.1)}, speed=0.15),
         Hold("done"),
-        Move("give_up", {arm: lambda e, obs: e.arms[arm].pose.moved(dz=0.05)},
-             grippers={arm: gripper.opening_range[1]}),
+        Move("give_up", {arm: lambda e, obs: e.arms[arm].pose.moved(dz=0.05)}, grippers={arm: g.opened}),
         Hold("gave_up"),
     ]
-    return StageExpert(_metadata(task, params, name), robot, {arm: gripper.name}, stages,
+    return StageExpert(_metadata(task, params, name), g.robot, {arm: g.gripper.name}, stages,
                        speed=params.number("speed", 0.25, positive=True))
+
+
+class BlockInBowlFeedback:
+    """franka_block_in_bowl's expert as a law of the state: from any state of the task (the
+    arm's joints, the gripper's opening, the block's and the bowl's poses) it picks the stage
+    that applies and commands the next step of it, so it can label the states another policy
+    visits with what the expert would do there (`r2s2r collect --relabel`, DAgger).
+
+    The stages are the stage expert's, with the same goals and speeds; each applies when:
+
+    - retreat: the block rests in the bowl and the gripper does not hold it;
+    - lift, move, place, release: the gripper holds the block (closed on it, near the TCP, and
+      either lifted or past the grasp's dwell), in that order by where the TCP is;
+    - grasp: the TCP is at the grasp pose (closing for GRASP_S, then lifting);
+    - open: the gripper is closed on nothing (a missed grasp, a drop): it opens again;
+    - approach (rising first when low), then descend: the rest.
+
+    A command leads the measured TCP by LEAD_S of travel at the stage's speed, slowing within
+    APPROACH_S of the goal: the lead the expert's own commands have over the arm. Its memory is
+    the block's resting height (first seen) and how long the TCP has dwelt at the grasp pose.
+    """
+
+    def __init__(self, task: Task, params: Section, name: str):
+        self.g = g = _BlockInBowl.of(task, params)
+        self.metadata = _metadata(task, params, name)
+        self.speed = params.number("speed", 0.25, positive=True)
+        self.ik = ArmIK(g.robot, "arm")
+        self.reset()
+
+    def reset(self) -> None:
+        self.rest_z: float | None = None
+        self.grasp_since: float | None = None
+        self.stage = ""
+
+    def decide(self, obs: Observation) -> tuple[str, np.ndarray, float, float]:
+        """(stage, TCP goal position, gripper target, speed) for the state `obs`."""
+        g = self.g
+        block, bowl = (np.asarray(obs.objects[n][0], float) for n in (g.obj_name, g.bowl_name))
+        if self.rest_z is None:
+            self.rest_z = float(block[2])
+        tcp = self.ik.fk(obs.joints["arm"])[0]
+        opening = float(obs.grippers[g.gripper.name])
+        grasp_pose = block + [0, 0, g.offset]
+        at_grasp = np.linalg.norm(tcp - grasp_pose) < 0.015 and block[2] < self.rest_z + 0.01
+        if at_grasp:
+            self.grasp_since = obs.stamp if self.grasp_since is None else self.grasp_since
+        dwelt = self.grasp_since is not None and obs.stamp - self.grasp_since >= GRASP_S - 1e-9
+        closed = opening < g.opened - 0.01
+        on_block = np.linalg.norm(block - tcp) < 0.04 and opening > g.grip - 0.004  # fingers stopped by it
+        held = closed and on_block and (block[2] > self.rest_z + 0.005 or dwelt)
+        to_bowl = np.linalg.norm((tcp - bowl)[:2])
+        in_bowl = np.linalg.norm((block - bowl)[:2]) < g.bowl.radius and block[2] < bowl[2] + g.bowl.height + 0.02
+        if not at_grasp and not held:
+            self.grasp_since = None
+        if in_bowl and not held:
+            return "retreat", np.array([tcp[0], tcp[1], g.carry_height(bowl) + 0.05]), g.opened, 0.15
+        if held:
+            carry, place = g.carry_height(bowl), g.place_height(bowl)
+            if to_bowl > 0.015 and tcp[2] < carry - 0.03:
+                return "lift", np.array([tcp[0], tcp[1], carry]), g.grip, 0.15
+            if to_bowl > 0.015:
+                return "move", np.array([bowl[0], bowl[1], carry]), g.grip, self.speed
+            if tcp[2] > place + 0.01:
+                return "place", np.array([bowl[0], bowl[1], place]), g.grip, 0.12
+            return "release", np.array([bowl[0], bowl[1], place]), g.opened, 0.12
+        if at_grasp:
+            return "grasp", grasp_pose, g.grip, 0.12
+        if closed:
+            return "open", np.array([tcp[0], tcp[1], max(tcp[2], block[2] + 0.05)]), g.opened, 0.12
+        above = block + [0, 0, g.hover]
+        off_axis = np.linalg.norm((tcp - block)[:2])
+        if off_axis > 0.03 and tcp[2] < above[2] - 0.03:  # low and aside: up first, clear of the block
+            return "approach", np.array([tcp[0], tcp[1], above[2]]), g.opened, self.speed
+        if off_axis > 0.02:  # nearer, it goes down, aligning on the way
+            return "approach", above, g.opened, self.speed
+        return "descend", grasp_pose, g.opened, 0.12
+
+    def act(self, obs: Observation) -> ActionChunk:
+        stage, goal, opening, speed = self.decide(obs)
+        self.stage = stage
+        q = np.asarray(obs.joints["arm"], float)
+        tcp = self.ik.fk(q)[0]
+        offset = goal - tcp
+        distance = float(np.linalg.norm(offset))
+        step = min(speed, distance / APPROACH_S) * LEAD_S
+        target = tcp + (offset / distance * step if distance > 1e-9 else 0.0)
+        q_target = self.ik.solve(target, self.g.rot, q, iterations=10).q
+        md = self.metadata
+        joints = {group: np.repeat(np.asarray(obs.joints[group], float)[None], md.chunk_length, 0)
+                  for group in md.action.joints}
+        joints["arm"] = np.repeat(q_target[None], md.chunk_length, 0)
+        grippers = {name: np.full(md.chunk_length, float(obs.grippers[name])) for name in md.action.grippers}
+        grippers[self.g.gripper.name] = np.full(md.chunk_length, opening)
+        return ActionChunk(obs.stamp, md.dt, joints, grippers)
+
+
+def block_in_bowl_feedback(task: Task, params: Section, name: str) -> BlockInBowlFeedback:
+    return BlockInBowlFeedback(task, params, name)
 
 
 # -- franka_cup_in_microwave -------------------------------------------------------------------------
@@ -367,10 +501,17 @@ def cube_handover_expert(task: Task, params: Section, name: str) -> StageExpert:
                        stages, speed=params.number("speed", 0.25, positive=True))
 
 
+FEEDBACK = {"franka_block_in_bowl": block_in_bowl_feedback}  # the experts with a state-feedback form
+
+
 def _factory(task_name: str, build):
     def make(params: Section, defaults: PolicyMetadata | None):
         params.reject_unknown(_KEYS)
         task = load_task(params.string("task", task_name))
+        if params.boolean("feedback", False):
+            if task_name not in FEEDBACK:
+                raise params.error("feedback", f"false: only {', '.join(FEEDBACK)} have a state-feedback form", True)
+            return FEEDBACK[task_name](task, params, f"scripted:{task_name}")
         return build(task, params, f"scripted:{task_name}")
     make.__name__ = f"make_{task_name}_expert"
     return make
