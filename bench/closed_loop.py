@@ -15,7 +15,7 @@ Everything lands in --out, so an interrupted run resumes.
 
 Usage: python bench/closed_loop.py [--seeds 0,1,2] [--start-demos 50] [--rounds 3] [--demos-per-round 50]
                                    [--search-budget 200] [--held-out 500] [--train-steps 3000]
-                                   [--relabelled-per-round 0]
+                                   [--relabelled-per-round 0] [--targeted-share 1]
                                    [--workers 2] [--out bench_output/closed_loop]
 """
 
@@ -62,6 +62,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--demos-per-round", type=int, default=50)
     parser.add_argument("--relabelled-per-round", type=int, default=0)
+    parser.add_argument("--targeted-share", type=float, default=1.0)
     parser.add_argument("--search-budget", type=int, default=200)
     parser.add_argument("--held-out", type=int, default=500)
     parser.add_argument("--train-steps", type=int, default=3000)
@@ -79,8 +80,10 @@ def main() -> int:
         improvement = run_improve(ImproveConfig(
             task=TASK, policy=str(start), rounds=args.rounds, search_budget=args.search_budget,
             demos_per_round=args.demos_per_round, envelope=ENVELOPE, control="uniform", held_out=args.held_out,
-            seed=seed, retrain="scratch", relabelled_per_round=args.relabelled_per_round),
-            out / (f"improve_{seed}" + (f"_relabelled{args.relabelled_per_round}" if args.relabelled_per_round else "")),
+            seed=seed, retrain="scratch", relabelled_per_round=args.relabelled_per_round,
+            targeted_share=args.targeted_share),
+            out / (f"improve_{seed}" + (f"_relabelled{args.relabelled_per_round}" if args.relabelled_per_round else "")
+                   + (f"_share{args.targeted_share:g}" if args.targeted_share < 1 else "")),
             workers=args.workers)
         print(f"\nseed {seed} ({time.perf_counter() - clock:.0f} s; report {improvement.report})")
         s = improvement.start

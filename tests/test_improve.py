@@ -200,6 +200,9 @@ def test_targeted_conditions_lie_in_their_clusters_and_across_the_boundaries():
     # Across the boundary, where failure turns into success, on both sides of it.
     xs = np.array([c.unit[x_index] for c in by_origin["boundary"]])
     assert abs(np.median(xs) - 2 / 3) < 0.05 and (xs < 2 / 3).any() and (xs > 2 / 3).any()
+    # A share of them targeted, the rest uniform over the envelope.
+    mixed = targeted_conditions(outcome, space, 60, np.random.default_rng(1), boundary_share=0.5, targeted_share=0.75)
+    assert sum(c.origin == "uniform" for c in mixed) == 15 and len(mixed) == 60
     # The same draw for the same generator.
     again = targeted_conditions(outcome, space, 60, np.random.default_rng(1), boundary_share=0.5)
     assert [c.unit for c in again] == [c.unit for c in drawn]

@@ -23,7 +23,7 @@ def _improve(args) -> int:
                            demos_per_round=args.demos_per_round, envelope=args.envelope, control=args.control,
                            held_out=args.held_out, seed=args.seed, sampler=args.sampler, retrain=args.retrain,
                            train_steps=args.train_steps, boundary_share=args.boundary_share,
-                           relabelled_per_round=args.relabelled_per_round)
+                           relabelled_per_round=args.relabelled_per_round, targeted_share=args.targeted_share)
     try:
         improvement = run_improve(config, args.out, workers=args.workers, progress=not args.no_progress,
                                   images=not args.no_images)
@@ -69,6 +69,8 @@ def add_loop_parsers(sub) -> None:
     im.add_argument("--sampler", default="cem", help="the failure search's sampler")
     im.add_argument("--boundary-share", type=float, default=0.5,
                     help="share of the targeted conditions drawn across failure boundaries (the rest in clusters)")
+    im.add_argument("--targeted-share", type=float, default=1.0,
+                    help="share of the targeted arm's conditions drawn at the failures (the rest uniformly)")
     im.add_argument("--seed", type=int, default=0)
     im.add_argument("--workers", type=_count(1, 256), default=2)
     im.add_argument("--out", required=True, help="the run's folder (new, or a run to resume)")

@@ -88,6 +88,9 @@ class ImproveConfig:
     train_steps: int | None = None  # None: the starting run's
     boundary_share: float = 0.5  # of each round's conditions drawn across the failure boundaries
     relabelled_per_round: int = 0  # rollouts of the current checkpoint relabelled by the expert (DAgger)
+    # Of the targeted arm's conditions, the share drawn at the failures; the rest uniformly, so
+    # that the data still covers the envelope where the policy succeeds.
+    targeted_share: float = 1.0
 
     def check(self) -> None:
         for name in ("rounds", "search_budget", "demos_per_round", "held_out"):
@@ -101,6 +104,8 @@ class ImproveConfig:
             raise ImproveError(f"train_steps is {self.train_steps}; expected 1 or more")
         if self.relabelled_per_round < 0:
             raise ImproveError(f"relabelled_per_round is {self.relabelled_per_round}; expected 0 or more")
+        if not 0.0 < self.targeted_share <= 1.0:
+            raise ImproveError(f"targeted_share {self.targeted_share}; expected in (0, 1]")
         if not 0.0 <= self.boundary_share <= 1.0:
             raise ImproveError(f"boundary_share {self.boundary_share}; expected in [0, 1]")
 
@@ -165,11 +170,14 @@ def _apportion(total: int, weights: Sequence[float]) -> list[int]:
 
 
 def targeted_conditions(outcome: SearchOutcome, space: SearchSpace, count: int, rng: np.random.Generator,
-                        boundary_share: float = 0.5) -> list[Condition]:
+                        boundary_share: float = 0.5, targeted_share: float = 1.0) -> list[Condition]:
     """`count` conditions where the search found the policy failing: uniform inside each cluster's
     region (clusters in proportion to their sizes) and, for `boundary_share` of them, about the
     middle of each bisected failure/success pair (spread along each factor as far as the pair is apart). With no
-    cluster, about the failures themselves; with no failure at all, uniform over the space."""
+    cluster, about the failures themselves; with no failure at all, uniform over the space.
+    With `targeted_share` below 1, that share of them only; the rest are uniform over the space."""
+    mixed = int(round(count * (1.0 - targeted_share)))
+    count -= mixed
     clusters, boundaries = outcome.atlas.clusters, outcome.boundaries
     failures = [outcome.units[r.id] for r in (*outcome.results, *outcome.refined) if not r.success]
     n_boundary = int(round(count * boundary_share)) if boundaries else 0
@@ -198,6 +206,7 @@ def targeted_conditions(outcome: SearchOutcome, space: SearchSpace, count: int, 
         for _ in range(n):
             out.append(_condition(middle + rng.normal(0.0, 1.0, space.dim) * scale, space,
                                   f"boundary {boundary.cluster}"))
+    out += [_condition(rng.random(space.dim), space, "uniform") for _ in range(mixed)]
     order = rng.permutation(len(out))  # the collection takes the first ones that succeed: mix origins
     return [out[i] for i in order]
 
@@ -344,7 +353,7 @@ class _Run:
             outcome = self.search(current, round_)
             rng = np.random.default_rng(stream_seed(self.config.seed, CONDITIONS, round_))
             conditions = targeted_conditions(outcome, self.space, self.config.demos_per_round * CONDITIONS_PER_DEMO,
-                                             rng, self.config.boundary_share)
+                                             rng, self.config.boundary_share, self.config.targeted_share)
             search_atlas = outcome.atlas.to_dict()
             search_trials = len(outcome.results) + len(outcome.refined)
             (folder / "conditions.json").write_text(json.dumps(
@@ -400,12 +409,12 @@ def run_improve(config: ImproveConfig, out: str | Path, workers: int = 1, progre
 def _improve(config: ImproveConfig, out: Path, workers: int, progress: bool, images: bool) -> Improvement:
     start = start_checkpoint(config.policy)
     resolved = ImproveConfig(**{**asdict(config), "policy": str(start)})
-    try:
-        same_options(out / STATE, resolved, "an improvement run")
-    except DatasetError as exc:
-        raise ImproveError(str(exc)) from None
     with TrialPool(workers) as pool:
-        run = _Run(resolved, out, pool, progress)
+        run = _Run(resolved, out, pool, progress)  # checks the task, envelope, run and dataset first
+        try:
+            same_options(out / STATE, resolved, "an improvement run")
+        except DatasetError as exc:
+            raise ImproveError(str(exc)) from None
         run.log("start", 0, "evaluate", f"the starting checkpoint on {config.held_out} held-out trials")
         results, atlas = run.evaluate(start, "start", 0)
         base_total = len(open_dataset(run.base_dataset).episodes)
