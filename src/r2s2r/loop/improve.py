@@ -285,11 +285,11 @@ class _Run:
 
     def search(self, checkpoint: Path, round_: int) -> SearchOutcome:
         seed = stream_seed(self.config.seed, SEARCH, round_)
-        outcome = run_search(self.task, str(checkpoint), self.config.search_budget, self.config.sampler, seed,
-                             store=self.store, envelope=self.config.envelope, pool=self.pool,
-                             progress=self.progress, policy_batch=8)
-        self._check_apart(seed, len(outcome.results) + len(outcome.refined), "failure search")
-        return outcome
+        # Its trials: the budget, then at most four bisections per cluster of three or more failures.
+        self._check_apart(seed, 3 * self.config.search_budget, "failure search")
+        return run_search(self.task, str(checkpoint), self.config.search_budget, self.config.sampler, seed,
+                          store=self.store, envelope=self.config.envelope, pool=self.pool, progress=self.progress,
+                          policy_batch=8)
 
     def _check_apart(self, campaign_seed: int, count: int, what: str) -> None:
         """The held-out trials' seeds are reserved: no data or search trial may share one."""
@@ -431,6 +431,7 @@ def _improve(config: ImproveConfig, out: Path, workers: int, progress: bool, ima
         improvement = Improvement(resolved, out, first, rounds, compare(rounds))
         from r2s2r.loop.report import write_improve_report
         improvement.report = write_improve_report(improvement, run, images=images)
+        run.store.close()
     return improvement
 
 
