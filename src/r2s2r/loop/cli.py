@@ -1,7 +1,8 @@
-"""`r2s2r improve`: targeted rounds of failure search, demonstrations and training (loop.improve).
+"""`r2s2r improve` (loop.improve) and `r2s2r skills refine` (loop.skills_refine).
 
     r2s2r improve --task T --policy RUN_OR_CHECKPOINT --rounds K --search-budget S --demos-per-round M
                   [--envelope E] [--control uniform] [--held-out 500] [--retrain scratch|finetune] --out DIR
+    r2s2r skills refine --task T [--budget 300] [--factors a,b] --out SKILLS.yaml
 """
 
 from __future__ import annotations
@@ -45,6 +46,32 @@ def _improve(args) -> int:
     return 0
 
 
+def _skills_refine(args) -> int:
+    from r2s2r.eval.store import StoreError
+    from r2s2r.loop.skills_refine import RefineConfig, RefineError, refine_skills
+    factors = tuple(f for f in args.factors.split(",") if f) if args.factors else None
+    config = RefineConfig(task=args.task, budget=args.budget, sampler=args.sampler, factors=factors,
+                          envelope=args.envelope, trials_per_variant=args.trials_per_variant,
+                          validation_trials=args.validation_trials, max_rules=args.max_rules, seed=args.seed)
+    out = Path(args.out)
+    try:
+        refined = refine_skills(config, out.parent / (out.stem + "_refine"), workers=args.workers,
+                                progress=not args.no_progress)
+    except (RefineError, StoreError) as exc:
+        print(f"r2s2r skills refine: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nr2s2r skills refine: stopped; rerun the same command to resume (its trials are kept)", file=sys.stderr)
+        return 130
+    out.write_text(refined.skills.read_text())
+    for rule in refined.rules:
+        print(f"rule: when {rule.when} use {rule.use} ({rule.found['validation']})")
+    for entry in refined.dropped:
+        print(f"dropped: cluster {entry['cluster']} ({entry['stage']}, {entry['conditions']}): {entry['why']}")
+    print(f"skills {out}: use it as scripted:{args.task} with params {{skills: {out}}}")
+    return 0
+
+
 def add_loop_parsers(sub) -> None:
     from r2s2r.loop.improve import CONTROLS, RETRAIN
     im = sub.add_parser("improve", help="turn a trained policy's failures in the twin into data and a better policy "
@@ -77,6 +104,24 @@ def add_loop_parsers(sub) -> None:
     im.add_argument("--no-images", action="store_true", help="no pictures of the failure clusters in the report")
     im.add_argument("--no-progress", action="store_true")
     im.set_defaults(func=_improve)
+
+    skills = sub.add_parser("skills", help="the scripted experts' skill rules").add_subparsers(dest="action",
+                                                                                             required=True)
+    sr = skills.add_parser("refine", help="search the expert's failure clusters for skill alternatives that fix "
+                                          "them, and keep those that validate as rules")
+    sr.add_argument("--task", required=True)
+    sr.add_argument("--out", required=True, help="the SKILLS.yaml to write (its trials go in OUT_refine/ beside it)")
+    sr.add_argument("--budget", type=_count(1), default=300, help="failure-search trials of the expert")
+    sr.add_argument("--sampler", default="uniform")
+    sr.add_argument("--factors", default=None, help="comma-separated factors to search over (default: all)")
+    sr.add_argument("--envelope", default=None)
+    sr.add_argument("--trials-per-variant", type=_count(1), default=20)
+    sr.add_argument("--validation-trials", type=_count(1), default=40)
+    sr.add_argument("--max-rules", type=_count(1, 100), default=5)
+    sr.add_argument("--seed", type=int, default=0)
+    sr.add_argument("--workers", type=_count(1, 256), default=2)
+    sr.add_argument("--no-progress", action="store_true")
+    sr.set_defaults(func=_skills_refine)
 
 
 __all__ = ["add_loop_parsers"]

@@ -18,7 +18,10 @@ often a failed grasp is tried again, default 0), `grasp_offset` (franka_block_in
 the object's centre the fingers close at; more is a shallower grasp), `task` (name or path of
 the task whose nominal geometry is used; default the expert's own), `feedback`
 (franka_block_in_bowl: the expert as a law of the state, which acts from any state; the
-relabeller of `r2s2r collect --relabel`).
+relabeller of `r2s2r collect --relabel`), `grasp_yaw` (franka_block_in_bowl: `home`, the
+default, or `object`: the grasp turns to close across the block's narrowest side), `skills`
+(a SKILLS.yaml of `r2s2r skills refine`: rules that choose these parameters from what the robot
+sees at the start; skills.rules).
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ from r2s2r.eval.tasks import Task, load_task
 from r2s2r.policy.types import ActionChunk, Observation, ObservationSpace, PolicyMetadata
 from r2s2r.robots import get_robot
 from r2s2r.skills.ik import ArmIK, quat_to_mat
+from r2s2r.skills.rules import RuleExpert, read_skills
 from r2s2r.skills.stages import Follow, Grip, Hold, Move, Pose, StageExpert, Verify, top_down, yaw_of
 
 CHUNK = 2
-_KEYS = {"speed", "control_rate_hz", "chunk_length", "squeeze", "grasp_retries", "grasp_offset", "task", "feedback"}
+_KEYS = {"speed", "control_rate_hz", "chunk_length", "squeeze", "grasp_retries", "grasp_offset", "task", "feedback",
+         "grasp_yaw", "skills"}
+GRASP_YAWS = ("home", "object")
 GRASP_S = 0.6  # how long the gripper closes before the arm lifts
 LEAD_S = 0.3  # how far a feedback command leads the TCP: the expert's own commands lead it 0.15-0.3 s
 APPROACH_S = 0.25  # a feedback command slows within this many seconds' travel of its goal
@@ -82,6 +88,8 @@ class _BlockInBowl:
     rot: np.ndarray
     grip: float  # the closed gripper's target opening
     offset: float  # above the object's centre the fingers close at
+    squeeze: float = 0.01
+    turn: bool = False  # grasp_yaw "object": the grasp turns to the object's narrowest side
     lift: float = 0.15
     hover: float = 0.12
 
@@ -94,9 +102,22 @@ class _BlockInBowl:
         yaw = 0.0  # the home yaw, kept throughout (see the module docstring)
         squeeze = params.number("squeeze", 0.01, minimum=0.0)
         offset = params.number("grasp_offset", 0.0, minimum=-obj.half_height, maximum=obj.half_height)
+        turn = params.string("grasp_yaw", "home", choices=GRASP_YAWS) == "object"
         return cls(robot, logic["object"], logic["container"], obj,
                    next(f for f in task.base_scene.fixtures if f.name == logic["container"]), gripper,
-                   top_down(yaw), _squeezed(_width_across_fingers(obj, yaw), squeeze, gripper), offset)
+                   top_down(yaw), _squeezed(_width_across_fingers(obj, yaw), squeeze, gripper), offset, squeeze,
+                   turn)
+
+    def grasp(self, obj_quat) -> tuple[np.ndarray, float]:
+        """The grasp's TCP rotation and closed opening for the object seen at `obj_quat`: the home
+        yaw, or (turn) the yaw within a quarter turn of home that closes across its narrowest side."""
+        if not self.turn:
+            return self.rot, self.grip
+        turned = yaw_of(obj_quat) - yaw_of(self.obj.quat)  # from its nominal pose
+        candidates = [math.remainder(turned + k * math.pi / 2, 2 * math.pi) for k in range(4)]
+        candidates = [y for y in candidates if abs(y) <= math.pi / 2 + 1e-9]
+        yaw = min(candidates, key=lambda y: (round(_width_across_fingers(self.obj, y - turned), 4), abs(y)))
+        return top_down(yaw), _squeezed(_width_across_fingers(self.obj, yaw - turned), self.squeeze, self.gripper)
 
     @property
     def opened(self) -> float:
@@ -115,12 +136,14 @@ def block_in_bowl_expert(task: Task, params: Section, name: str) -> StageExpert:
     retries = params.integer("grasp_retries", 0, minimum=0)
 
     def above_object(e, obs):
-        return Pose(e.object(obs, obj_name)[0] + [0, 0, g.hover], g.rot)
+        pos, quat = e.object(obs, obj_name)
+        e.memory["rot"], e.memory["grip"] = g.grasp(quat)  # planned from where the object is seen
+        return Pose(pos + [0, 0, g.hover], e.memory["rot"])
 
     def at_object(e, obs):
         pos = e.object(obs, obj_name)[0]
         e.memory["grasp_z"] = pos[2]
-        return Pose(pos + [0, 0, g.offset], g.rot)
+        return Pose(pos + [0, 0, g.offset], e.memory["rot"])
 
     def lifted(e, obs):
         return e.arms[arm].pose.moved(dz=g.lift)
@@ -132,16 +155,16 @@ def block_in_bowl_expert(task: Task, params: Section, name: str) -> StageExpert:
 
     def above_bowl(e, obs):
         centre = e.object(obs, bowl_name)[0]
-        return Pose(np.array([centre[0], centre[1], g.carry_height(centre)]), g.rot)
+        return Pose(np.array([centre[0], centre[1], g.carry_height(centre)]), e.memory["rot"])
 
     def into_bowl(e, obs):
         centre = e.object(obs, bowl_name)[0]
-        return Pose(np.array([centre[0], centre[1], g.place_height(centre)]), g.rot)
+        return Pose(np.array([centre[0], centre[1], g.place_height(centre)]), e.memory["rot"])
 
     stages = [
         Move("approach", {arm: above_object}, grippers={arm: g.opened}),
         Move("descend", {arm: at_object}, speed=0.12),
-        Grip("grasp", {arm: g.grip}, duration=GRASP_S),
+        Grip("grasp", {arm: lambda e, obs: e.memory["grip"]}, duration=GRASP_S),
         Move("lift", {arm: lifted}, speed=0.15),
         Verify("verify_grasp", holding, retry="approach", retries=retries, give_up="give_up"),
         Move("move", {arm: above_bowl}),
@@ -178,6 +201,8 @@ class BlockInBowlFeedback:
 
     def __init__(self, task: Task, params: Section, name: str):
         self.g = g = _BlockInBowl.of(task, params)
+        if g.turn:
+            raise params.error("grasp_yaw", "home: the state-feedback form keeps the home yaw", "object")
         self.metadata = _metadata(task, params, name)
         self.speed = params.number("speed", 0.25, positive=True)
         self.ik = ArmIK(g.robot, "arm")
@@ -504,6 +529,20 @@ def cube_handover_expert(task: Task, params: Section, name: str) -> StageExpert:
 FEEDBACK = {"franka_block_in_bowl": block_in_bowl_feedback}  # the experts with a state-feedback form
 
 
+def _with_rules(task_name: str, task: Task, params: Section, build) -> RuleExpert:
+    """The expert with the rules of the SKILLS.yaml `params.skills` (skills.rules)."""
+    from pathlib import Path
+    path = Path(params.string("skills"))
+    if not path.is_file():
+        raise params.error("skills", "a SKILLS.yaml file (r2s2r skills refine writes one)", str(path))
+    skills_task, rules = read_skills(path)
+    if skills_task != task_name:
+        raise params.error("skills", f"rules for {task_name}; {path} holds rules for {skills_task}", str(path))
+    own = {k: v for k, v in params.data.items() if k != "skills"}
+    return RuleExpert(lambda use: build(task, Section({**own, **use}, params.source, params.path),
+                                        f"scripted:{task_name}"), rules)
+
+
 def _factory(task_name: str, build):
     def make(params: Section, defaults: PolicyMetadata | None):
         params.reject_unknown(_KEYS)
@@ -512,6 +551,8 @@ def _factory(task_name: str, build):
             if task_name not in FEEDBACK:
                 raise params.error("feedback", f"false: only {', '.join(FEEDBACK)} have a state-feedback form", True)
             return FEEDBACK[task_name](task, params, f"scripted:{task_name}")
+        if params.has("skills"):
+            return _with_rules(task_name, task, params, build)
         return build(task, params, f"scripted:{task_name}")
     make.__name__ = f"make_{task_name}_expert"
     return make

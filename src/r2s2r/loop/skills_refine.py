@@ -1,0 +1,183 @@
+"""`r2s2r skills refine`: rules that fix the expert where its failure atlas says it fails.
+
+    refined = refine_skills(RefineConfig(task="franka_block_in_bowl", budget=300), "refine_out", workers=2)
+    refined.skills       # refine_out/SKILLS.yaml, for scripted:franka_block_in_bowl with skills: SKILLS.yaml
+
+1. A failure search of the task's expert (the current skill program), and its atlas.
+2. For each failure cluster, largest first: its conditions on what the robot can perceive
+   (objects' and fixtures' positions and yaw, skills.rules.FEATURE_OF_KIND) become the rule's
+   condition; the other conditions (mass, friction, light ...) are dropped from it, since the
+   robot cannot see them. A cluster with no perceivable condition gets no rule.
+3. Each of the skill's parameter alternatives (VARIANTS: grasp axis, grasp depth, closing
+   force, transport speed, recovery) runs on the same trials drawn where the condition holds;
+   the best, if it beats the expert there, is the rule's candidate.
+4. The candidate is validated on fresh trials drawn where the condition holds: it is kept only
+   if it succeeds more often than the expert on them, significantly (McNemar's exact test on
+   the same trials). Otherwise it is dropped, and SKILLS.yaml says why.
+
+Trials are stored in OUT/trials.sqlite, so a killed refinement resumes without rerunning them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from r2s2r.eval.runner import Planned, TrialPool, TrialSpec, run_trials, trial_seed
+from r2s2r.eval.stats import mcnemar_exact
+from r2s2r.eval.store import TrialStore
+from r2s2r.eval.tasks import load_task
+from r2s2r.processes import sole_writer
+from r2s2r.search.campaign import SearchSpace, run_search
+from r2s2r.skills.rules import FEATURE_OF_KIND, Rule
+from r2s2r.skills.stages import yaw_of
+
+# The skill parameters' alternatives, one change from the expert's defaults each (skills.experts).
+VARIANTS = {
+    "franka_block_in_bowl": [{"grasp_yaw": "object"}, {"grasp_offset": 0.01}, {"grasp_offset": -0.01},
+                             {"squeeze": 0.02}, {"speed": 0.15}, {"grasp_retries": 1}],
+}
+SKILLS_FILE = "SKILLS.yaml"
+
+
+class _Plain(yaml.SafeDumper):
+    """Each value written out where it stands (no &anchors for repeated ones): a file to read."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+class RefineError(ValueError):
+    """A refinement cannot start; the message says what is wrong and what was expected."""
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    task: str
+    budget: int = 300  # failure-search trials of the expert
+    sampler: str = "uniform"
+    factors: tuple[str, ...] | None = None  # None: every factor of the space (or envelope)
+    envelope: str | None = None
+    trials_per_variant: int = 20  # trials where a rule's condition holds, per alternative
+    validation_trials: int = 40  # fresh trials where it holds, to keep or drop the rule
+    max_rules: int = 5
+    alpha: float = 0.05
+    seed: int = 0
+
+
+@dataclass
+class Refined:
+    skills: Path
+    rules: list[Rule]
+    dropped: list[dict] = field(default_factory=list)
+
+
+def perceivable_condition(cluster, space: SearchSpace, scene) -> dict[str, tuple[float, float]]:
+    """The cluster's conditions on what the robot perceives, as feature bounds in the world."""
+    when = {}
+    for condition in cluster.conditions:
+        factor = space.space.factor(condition.factor)
+        feature = FEATURE_OF_KIND.get(factor.kind)
+        if feature is None:
+            continue
+        body = next((b for b in (*scene.objects, *scene.fixtures) if b.name == factor.target), None)
+        if body is None:
+            continue
+        yaw = body.yaw if hasattr(body, "yaw") else yaw_of(body.quat)  # a fixture's yaw, an object's quaternion
+        nominal = {"x": body.pos[0], "y": body.pos[1], "yaw": yaw}[feature]
+        key = f"{factor.target}.{feature}"
+        low, high = nominal + condition.low, nominal + condition.high
+        if key in when:  # two factors on one feature: where both hold
+            low, high = max(low, when[key][0]), min(high, when[key][1])
+        when[key] = (float(low), float(high))
+    return when
+
+
+def _region(cluster, space: SearchSpace, count: int, rng: np.random.Generator) -> list[dict]:
+    """`count` perturbations drawn uniformly over the space, the cluster's perceivable factors
+    within its bounds: where its rule would fire."""
+    low, high = np.zeros(space.dim), np.ones(space.dim)
+    for condition in cluster.conditions:
+        if FEATURE_OF_KIND.get(space.space.factor(condition.factor).kind):
+            i = space.names.index(condition.factor)
+            low[i], high[i] = condition.unit_low, condition.unit_high
+    return [space.values(rng.uniform(low, high)) for _ in range(count)]
+
+
+def refine_skills(config: RefineConfig, out: str | Path, workers: int = 1, progress: bool = True) -> Refined:
+    with sole_writer(Path(out).resolve(), "r2s2r skills refine", RefineError) as folder:
+        return _refine(config, Path(folder), workers, progress)
+
+
+def _refine(config: RefineConfig, out: Path, workers: int, progress: bool) -> Refined:
+    task = load_task(config.task)
+    if task.name not in VARIANTS:
+        raise RefineError(f"task {task.name}: no skill alternatives to search; expected one of {', '.join(VARIANTS)}")
+    space = SearchSpace(task.perturbations, config.factors, config.envelope)
+    store = TrialStore(out / "trials.sqlite")
+    variants_dir = out / "variants"
+    variants_dir.mkdir(exist_ok=True)
+    alternatives = []
+    for i, params in enumerate(VARIANTS[task.name]):
+        path = variants_dir / f"variant_{i}.yaml"
+        path.write_text(yaml.safe_dump({"uri": task.expert, "params": params}, sort_keys=True))
+        alternatives.append((params, str(path)))
+    rules, dropped = [], []
+    with TrialPool(workers) as pool:
+        search = run_search(task, task.expert, config.budget, config.sampler, config.seed, factors=space.names,
+                            envelope=config.envelope, store=store, pool=pool, progress=progress)
+
+        def run(policy: str, points: list[dict], seed: int, name: str) -> list[bool]:
+            planned = [Planned(i, TrialSpec.of(policy, task.name, p, trial_seed(seed, i)), "refine")
+                       for i, p in enumerate(points)]
+            store.open_campaign(name, {"kind": "skills refine", "policy": policy, "seed": seed, "trials": len(points)})
+            return [r.success for r in run_trials(planned, store, name, pool=pool, progress=progress)]
+
+        for cluster in search.atlas.clusters[:config.max_rules]:
+            entry = {"cluster": int(cluster.index), "stage": str(cluster.stage), "size": int(cluster.size),
+                     "conditions": cluster.describe()}
+            when = perceivable_condition(cluster, space, task.base_scene)
+            if not when:
+                dropped.append({**entry, "why": "no perceivable condition (the robot cannot see what sets it apart)"})
+                continue
+            rng = np.random.default_rng([config.seed, cluster.index, 1])
+            trial_points = _region(cluster, space, config.trials_per_variant, rng)
+            seed = int(rng.integers(2**31))
+            base = run(task.expert, trial_points, seed, f"refine-{cluster.index}-expert")
+            scores = [(sum(run(path, trial_points, seed, f"refine-{cluster.index}-{Path(path).stem}")), params, path)
+                      for params, path in alternatives]
+            best_successes, best_params, best_path = max(scores, key=lambda s: s[0])
+            entry["search"] = {"trials": len(trial_points), "expert": sum(base),
+                               "alternatives": [{"use": p, "successes": k} for k, p, _ in scores]}
+            if best_successes <= sum(base):
+                dropped.append({**entry, "why": "no alternative beat the expert where the condition holds"})
+                continue
+            held = _region(cluster, space, config.validation_trials, np.random.default_rng([config.seed, cluster.index, 2]))
+            held_seed = int(np.random.default_rng([config.seed, cluster.index, 3]).integers(2**31))
+            before = run(task.expert, held, held_seed, f"validate-{cluster.index}-expert")
+            after = run(best_path, held, held_seed, f"validate-{cluster.index}-rule")
+            only_after = sum(a and not b for a, b in zip(after, before))
+            only_before = sum(b and not a for a, b in zip(after, before))
+            p_value = mcnemar_exact(only_after, only_before)
+            found = {**entry, "use": best_params, "validation": {
+                "trials": len(held), "expert": sum(before), "with_rule": sum(after), "p_value": float(p_value)}}
+            if sum(after) > sum(before) and p_value < config.alpha:
+                rules.append(Rule(when, dict(best_params), found))
+            else:
+                dropped.append({**found, "why": f"did not help on {len(held)} fresh trials (expert {sum(before)}, "
+                                                f"with the rule {sum(after)}, p = {p_value:.3g})"})
+    store.close()
+    path = out / SKILLS_FILE
+    path.write_text(f"# r2s2r skills refine: {len(rules)} rules for {task.name} (docs/closed_loop.md)\n" + yaml.dump(
+        {"task": task.name, "rules": [r.to_dict() for r in rules], "dropped": dropped}, Dumper=_Plain,
+        sort_keys=False))
+    (out / "refine.json").write_text(json.dumps({"config": asdict(config), "rules": [r.to_dict() for r in rules],
+                                                 "dropped": dropped}, indent=1, default=str))
+    return Refined(path, rules, dropped)
+
+
+__all__ = ["RefineConfig", "Refined", "RefineError", "refine_skills", "perceivable_condition", "VARIANTS"]

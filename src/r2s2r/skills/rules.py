@@ -1,0 +1,107 @@
+"""A skill library's rules: "when <what the robot sees at the start> use <these skill parameters>".
+
+A SKILLS.yaml (written by `r2s2r skills refine`, loaded by `scripted:<task>` with the parameter
+`skills: SKILLS.yaml`):
+
+    task: franka_block_in_bowl
+    rules:
+      - when: {block.yaw: [1.05, 1.5708]}      # perceived features, each within [low, high]
+        use: {grasp_yaw: object}                # the expert's parameters (skills.experts)
+        found: {cluster: missed_grasp, ...}     # what refinement measured; not read here
+
+A condition names only what the robot can perceive: an object's or fixture's position
+(`NAME.x`, `NAME.y`, metres, world frame) and yaw (`NAME.yaw`, radians about the vertical),
+read from the first observation of the episode. Hidden quantities (mass, friction, gains) are
+never conditions. The first rule whose conditions all hold chooses the parameters, over the
+policy's own; with none, the expert runs as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from r2s2r.config import Section, load_yaml
+from r2s2r.policy.types import Observation
+from r2s2r.skills.stages import yaw_of
+
+FEATURES = ("x", "y", "yaw")
+# Perturbation kinds whose value a feature perceives: kind -> the feature of its target.
+FEATURE_OF_KIND = {"object_x": "x", "object_y": "y", "object_yaw": "yaw",
+                   "fixture_x": "x", "fixture_y": "y", "fixture_yaw": "yaw"}
+
+
+def perceive(observation: Observation, feature: str) -> float:
+    """`NAME.x`, `NAME.y` or `NAME.yaw` of what `observation` shows."""
+    name, _, what = feature.rpartition(".")
+    if what not in FEATURES or name not in observation.objects:
+        raise KeyError(f"feature {feature!r}: expected NAME.x, NAME.y or NAME.yaw of one of "
+                       f"{', '.join(sorted(observation.objects)) or 'no object'}")
+    pos, quat = observation.objects[name]
+    return float(pos[0] if what == "x" else pos[1] if what == "y" else yaw_of(quat))
+
+
+@dataclass(frozen=True)
+class Rule:
+    when: dict[str, tuple[float, float]]  # feature -> [low, high]
+    use: dict  # the expert's parameters
+    found: dict = field(default_factory=dict)  # what refinement measured
+
+    def applies(self, observation: Observation) -> bool:
+        for feature, (low, high) in self.when.items():
+            value = perceive(observation, feature)
+            if feature.endswith(".yaw"):  # the same angle, in [low, low + 2 pi)
+                value = low + (value - low) % (2 * math.pi)
+            if not low - 1e-9 <= value <= high + 1e-9:
+                return False
+        return True
+
+    def to_dict(self) -> dict:
+        return {"when": {k: [float(a), float(b)] for k, (a, b) in self.when.items()}, "use": dict(self.use),
+                "found": dict(self.found)}
+
+
+def read_skills(path: str | Path) -> tuple[str, list[Rule]]:
+    """(task, rules) of a SKILLS.yaml, checked."""
+    top = Section(load_yaml(Path(path)), Path(path))
+    top.reject_unknown({"task", "rules", "dropped", "description"})
+    rules = []
+    for sec in top.sections("rules") if top.has("rules") else []:
+        sec.reject_unknown({"when", "use", "found"})
+        when = {}
+        for feature in sec.section("when").data:
+            if feature.rpartition(".")[2] not in FEATURES:
+                raise sec.error("when", "features NAME.x, NAME.y or NAME.yaw (what the robot perceives)", feature)
+            low, high = sec.section("when").vector(feature, 2)
+            if low > high:
+                raise sec.error("when", f"[low, high] with low <= high for {feature}", [low, high])
+            when[feature] = (float(low), float(high))
+        rules.append(Rule(when, dict(sec.section("use").data), dict(sec.section("found", {}).data)))
+    return top.string("task"), rules
+
+
+class RuleExpert:
+    """An expert whose parameters the first applicable rule chooses at each episode's first
+    observation; `build(overrides)` makes the expert with those parameters over its own."""
+
+    def __init__(self, build: Callable[[Mapping], object], rules: list[Rule]):
+        self.build, self.rules = build, rules
+        self.default = build({})
+        self.metadata = self.default.metadata
+        self.reset()
+
+    def reset(self) -> None:
+        self.current = None
+        self.rule: Rule | None = None
+
+    def act(self, observation: Observation):
+        if self.current is None:
+            self.rule = next((r for r in self.rules if r.applies(observation)), None)
+            self.current = self.default if self.rule is None else self.build(self.rule.use)
+            self.current.reset()
+        return self.current.act(observation)
+
+
+__all__ = ["Rule", "RuleExpert", "read_skills", "perceive", "FEATURES", "FEATURE_OF_KIND"]

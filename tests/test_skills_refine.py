@@ -1,0 +1,99 @@
+"""`r2s2r skills refine` (loop.skills_refine) and the rules it writes (skills.rules).
+
+On franka_block_in_bowl searched over the block's yaw and reach: the block turned across the
+fingers (long side 11 cm, the hand opens 8) is missed by the expert, which keeps its home yaw.
+The refinement must find, by search, the alternative that turns the grasp, validate it, and
+keep it as a rule on the block's perceived yaw; the cluster out of reach, which no alternative
+fixes, is dropped. The expert loaded with the rules then succeeds where it failed, and runs
+unchanged where no rule applies.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from r2s2r.config import ConfigError
+from r2s2r.eval.runner import TrialSpec, TrialWorker
+from r2s2r.eval.store import TrialStore
+from r2s2r.loop.skills_refine import RefineConfig, refine_skills
+from r2s2r.policy import load_policy
+from r2s2r.policy.loader import PolicyConfig
+from r2s2r.robots import get_robot
+from r2s2r.skills.rules import read_skills
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "franka_block_in_bowl"
+
+
+@pytest.fixture(scope="module")
+def refined(tmp_path_factory):
+    out = tmp_path_factory.mktemp("refine") / "SKILLS_refine"  # where `--out .../SKILLS.yaml` keeps its trials
+    config = RefineConfig(task=TASK, budget=30, factors=("block_yaw", "block_x"), trials_per_variant=4,
+                          validation_trials=10, seed=0)
+    return refine_skills(config, out, workers=2, progress=False)
+
+
+def test_the_search_finds_the_turned_grasp_and_drops_what_nothing_fixes(refined):
+    assert refined.rules, refined.dropped
+    for rule in refined.rules:
+        # Found by the search among the alternatives, not written by hand; on what the robot sees.
+        assert rule.use == {"grasp_yaw": "object"} and set(rule.when) <= {"block.yaw", "block.x"}
+        low, high = rule.when["block.yaw"]
+        assert min(abs(low), abs(high)) > 0.7  # the block turned well away from the fingers' home axis
+        validation = rule.found["validation"]
+        assert validation["with_rule"] > validation["expert"] and validation["p_value"] < 0.05
+        assert rule.found["stage"] == "missed_grasp"
+    unreachable = [d for d in refined.dropped if d["stage"] == "out_of_reach"]
+    assert unreachable and all("no alternative beat the expert" in d["why"] for d in unreachable)
+    task, rules = read_skills(refined.skills)
+    assert task == TASK and [r.when for r in rules] == [r.when for r in refined.rules]
+
+
+def test_the_expert_with_the_rules_grasps_the_turned_block(refined, tmp_path):
+    config = tmp_path / "refined.yaml"
+    config.write_text(yaml.safe_dump({"uri": f"scripted:{TASK}", "params": {"skills": str(refined.skills)}}))
+    worker = TrialWorker()
+    turned = {"block_yaw": 1.4, "block_x": 0.0}
+    plain = worker.run(TrialSpec.of(f"scripted:{TASK}", TASK, turned, 3))
+    with_rules = worker.run(TrialSpec.of(str(config), TASK, turned, 3))
+    assert not plain.success and plain.stage == "missed_grasp"
+    assert with_rules.success
+    # Where no rule applies, the expert runs as it was.
+    straight = {"block_yaw": 0.2, "block_x": 0.05}
+    assert worker.run(TrialSpec.of(str(config), TASK, straight, 3)).deterministic()[5:] == \
+        worker.run(TrialSpec.of(f"scripted:{TASK}", TASK, straight, 3)).deterministic()[5:]
+    policy, _ = worker.policy(str(config), get_robot("franka_fr3"))
+    assert policy.rule is None
+
+
+def test_rules_name_only_what_the_robot_perceives_and_the_task_they_are_for(tmp_path):
+    hidden = tmp_path / "hidden.yaml"
+    hidden.write_text(yaml.safe_dump({"task": TASK, "rules": [{"when": {"block.mass": [1, 2]}, "use": {"speed": 0.1}}]}))
+    with pytest.raises(ConfigError, match="NAME.x, NAME.y or NAME.yaw"):
+        read_skills(hidden)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"task": "franka_cup_in_microwave", "rules": []}))
+    with pytest.raises(ConfigError, match="holds rules for franka_cup_in_microwave"):
+        load_policy(PolicyConfig(uri=f"scripted:{TASK}", params={"skills": str(other)}))
+
+
+def test_the_command_line_resumes_a_refinement_and_writes_the_skills_file(refined):
+    out = refined.skills.parent.parent / "SKILLS.yaml"  # its trials in SKILLS_refine/: the fixture's, reused
+    store = TrialStore(refined.skills.parent / "trials.sqlite")
+    before = len(store.results())
+    store.close()
+    run = subprocess.run([sys.executable, "-m", "r2s2r.cli", "skills", "refine", "--task", TASK, "--factors",
+                          "block_yaw,block_x", "--budget", "30", "--trials-per-variant", "4", "--validation-trials",
+                          "10", "--workers", "2", "--no-progress", "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "rule: when" in run.stdout and "dropped: cluster" in run.stdout
+    assert read_skills(out)[1] == read_skills(refined.skills)[1]
+    store = TrialStore(refined.skills.parent / "trials.sqlite")
+    assert len(store.results()) == before  # nothing ran again: every trial was in the store
+    store.close()
