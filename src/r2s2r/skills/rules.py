@@ -18,13 +18,14 @@ policy's own; with none, the expert runs as it is.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 from r2s2r.config import Section, load_yaml
-from r2s2r.policy.types import Observation
+from r2s2r.policy.types import Observation, PolicyError
 from r2s2r.skills.stages import yaw_of
 
 FEATURES = ("x", "y", "yaw")
@@ -90,6 +91,7 @@ class RuleExpert:
         self.build, self.rules = build, rules
         self.default = build({})
         self.metadata = self.default.metadata
+        self._variants: dict[str, object] = {}  # built once: an expert compiles its IK model
         self.reset()
 
     def reset(self) -> None:
@@ -98,10 +100,19 @@ class RuleExpert:
 
     def act(self, observation: Observation):
         if self.current is None:
-            self.rule = next((r for r in self.rules if r.applies(observation)), None)
-            self.current = self.default if self.rule is None else self.build(self.rule.use)
+            try:
+                self.rule = next((r for r in self.rules if r.applies(observation)), None)
+            except KeyError as exc:
+                raise PolicyError(f"skill rules: {exc.args[0]}") from None
+            self.current = self.default if self.rule is None else self._variant(self.rule.use)
             self.current.reset()
         return self.current.act(observation)
+
+    def _variant(self, use: Mapping):
+        key = json.dumps(use, sort_keys=True)
+        if key not in self._variants:
+            self._variants[key] = self.build(use)
+        return self._variants[key]
 
 
 __all__ = ["Rule", "RuleExpert", "read_skills", "perceive", "FEATURES", "FEATURE_OF_KIND"]
