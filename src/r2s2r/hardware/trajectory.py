@@ -38,10 +38,13 @@ class TrajectorySampler:
     def __init__(self, start_time: float, times: np.ndarray, positions: np.ndarray,
                  velocities: np.ndarray | None, accelerations: np.ndarray | None,
                  current_position: np.ndarray, current_velocity: np.ndarray):
-        if np.any(np.diff(times) <= 0):
-            raise ValueError("time_from_start must increase strictly from point to point")
+        steps = np.diff(times)
+        if np.any(steps <= 0):
+            k = int(np.argmax(steps <= 0))
+            raise ValueError(f"time_from_start must increase strictly from point to point: point {k + 1} is at "
+                             f"{times[k + 1]:.6g} s after point {k} at {times[k]:.6g} s; expected a later time")
         if times[0] < 0:
-            raise ValueError("time_from_start must not be negative")
+            raise ValueError(f"time_from_start must not be negative: {times[0]:.6g} s; expected 0 or more")
         self.start_time = float(start_time)
         n = positions.shape[1]
         zeros = np.zeros_like(positions)
