@@ -2,20 +2,18 @@
 the twin's model class, bad cell files refused by name, and `r2s2r proxy up` served and recorded
 over DDS as a real cell's stack is."""
 
-import os
-import subprocess
-import sys
+import signal
 
 import numpy as np
 import pytest
 
 from r2s2r.config import ConfigError
+from r2s2r.contract.names import Topics
 from r2s2r.contract.types import JointCommand
 from r2s2r.hardware.base import HardwareError
 from r2s2r.real2sim.proxy_cell import ProxyHardware, load_cell
 from r2s2r.robots import get_robot
 from r2s2r.sim.twin import Twin
-from tests.ros_helpers import REPO
 
 CELLS = ["block_in_bowl_laggy", "block_in_bowl_stiff", "block_in_bowl_worn", "cube_handover_worn"]
 
@@ -149,20 +147,26 @@ def test_proxy_up_serves_the_cell_over_dds_and_it_records_as_a_real_cell(stack_p
     steps = client.positions(names) / cell.effects.encoder_resolution
     assert np.allclose(steps, np.round(steps), atol=1e-6)  # measured through the encoders
     out = tmp_path / "proxy.mcap"
-    recorder = subprocess.Popen([sys.executable, "-m", "r2s2r.cli", "record", "--stack", "block_in_bowl_worn",
-                                 "--out", str(out), "--cameras", "scene", "--no-depth", "--duration", "3"], cwd=REPO,
-                                env={**os.environ, "PYTHONPATH": str(REPO / "src")}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-    # Commands while it records (a bag without one is no episode), until the recorder stops by itself.
+    recorder = stack_process("block_in_bowl_worn", command=("record", "--out", str(out), "--cameras", "scene",
+                                                            "--no-depth", "--stack"))
+    # Commands while it records (a bag without one is no episode): once the recorder has had its
+    # first joint_states, command and image (discovery on a loaded machine takes seconds, and
+    # each topic matches on its own), sixty more commands, then Ctrl-C.
     here = client.positions(names)
-    try:
-        assert client.wait_for(lambda: client.send_positions("arm", here) or recorder.poll() is not None, 120,
-                               poll=0.05)
-        output = recorder.communicate(timeout=30)[0]
-    finally:
-        if recorder.poll() is None:
-            recorder.kill()
-    assert recorder.returncode == 0, output
+    firsts = [f"first message on {t}" for t in (Topics.JOINT_STATES, Topics.position_commands("arm"),
+                                                Topics.camera_image("scene"))]
+    sent_after = 0
+
+    def command_and_count() -> bool:
+        nonlocal sent_after
+        client.send_positions("arm", here)
+        if all(any(f in line for line in list(recorder.lines)) for f in firsts):
+            sent_after += 1
+        return sent_after >= 60 or recorder.proc.poll() is not None
+
+    assert client.wait_for(command_and_count, 120, poll=0.05), recorder.output
+    recorder.stop(signal.SIGINT, timeout=60)
+    assert recorder.proc.returncode == 0, recorder.output
     episode = load_episode(out)
     assert len(episode.joints.times) > 100 and len(episode.cameras["scene"].rgb_times) >= 5
     recorded = episode.joints.position[:, episode.joints.columns(names)] / cell.effects.encoder_resolution
