@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "r2s2r"
-# YAML validation, the share directory, polling, process start-up: used by every layer
-SHARED = {"config", "paths", "plugins", "processes", "waiting"}
+# YAML validation, the share directory, polling, process start-up, how long commands end: used by every layer
+SHARED = {"config", "paths", "plugins", "processes", "resumable", "waiting"}
 # What each layer may import (DESIGN.md's table; `everything above` spelled out).
 ABOVE_DATA = {"contract", "robots", "sim", "hardware", "camera", "policy", "eval", "search"}
 MAY_IMPORT = {

@@ -12,10 +12,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from r2s2r.eval.cli import DEFAULT_OUT, STORE_NAME, _count, guarded
+from r2s2r.resumable import run_resumable
 
 
 def _replay(args) -> int:
@@ -80,14 +80,16 @@ def _collect(args) -> int:
                              seed=args.seed, keep=args.keep, envelope=args.envelope, conditions=conditions,
                              cameras=cameras, image_size=args.image_size, privileged=args.privileged,
                              relabel=args.relabel)
-    try:
+    def run():
         with TrialPool(args.workers, args.backend, args.address) as pool:
-            done = collect(options, args.out, pool, progress=not args.no_progress)
-    except KeyboardInterrupt:
-        staged = len(list((Path(args.out) / ".collect" / "episodes").glob("*.npz")))
-        print(f"\nr2s2r collect: stopped; {staged} trials staged in {args.out}/.collect; rerun the same command "
-              "to resume", file=sys.stderr)
-        return 130
+            return collect(options, args.out, pool, progress=not args.no_progress)
+
+    def staged() -> str:
+        count = len(list((Path(args.out) / ".collect" / "episodes").glob("*.npz")))
+        return f"{count} trials staged in {args.out}/.collect; rerun the same command to resume"
+    done, code = run_resumable("collect", run, (), staged)
+    if done is None:
+        return code
     print(f"{done.episodes} episodes from {done.trials} trials ({done.successes} succeeded)")
     print(open_dataset(done.out).summary())
     return 0
@@ -133,13 +135,13 @@ def _dataset_stills(args) -> int:
     options = StillsOptions(task=task.name, scenes=args.scenes, poses_from=str(Path(args.poses_from).resolve()),
                             poses=args.poses, seed=args.seed, envelope=args.envelope, cameras=cameras,
                             image_size=args.image_size)
-    try:
+    def run():
         with TrialPool(args.workers) as pool:
-            out = render_stills(options, args.out, pool, progress=not args.no_progress)
-    except KeyboardInterrupt:
-        print(f"\nr2s2r dataset stills: stopped; rerun the same command to resume from what {args.out}/.stills "
-              "holds", file=sys.stderr)
-        return 130
+            return render_stills(options, args.out, pool, progress=not args.no_progress)
+    out, code = run_resumable("dataset stills", run, (),
+                              lambda: f"rerun the same command to resume from what {args.out}/.stills holds")
+    if out is None:
+        return code
     print(open_dataset(out).summary())
     return 0
 

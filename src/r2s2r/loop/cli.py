@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from r2s2r.eval.cli import _count
+from r2s2r.resumable import run_resumable
 
 
 def _improve(args) -> int:
@@ -25,16 +25,13 @@ def _improve(args) -> int:
                            held_out=args.held_out, seed=args.seed, sampler=args.sampler, retrain=args.retrain,
                            train_steps=args.train_steps, boundary_share=args.boundary_share,
                            relabelled_per_round=args.relabelled_per_round, targeted_share=args.targeted_share)
-    try:
-        improvement = run_improve(config, args.out, workers=args.workers, progress=not args.no_progress,
-                                  images=not args.no_images)
-    except (ImproveError, DatasetError, TrainError, PolicyError, StoreError, TrialError) as exc:
-        print(f"r2s2r improve: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"\nr2s2r improve: stopped; every finished step is kept in {args.out}: rerun the same command to "
-              "resume", file=sys.stderr)
-        return 130
+    improvement, code = run_resumable(
+        "improve", lambda: run_improve(config, args.out, workers=args.workers, progress=not args.no_progress,
+                                       images=not args.no_images),
+        (ImproveError, DatasetError, TrainError, PolicyError, StoreError, TrialError),
+        lambda: f"every finished step is kept in {args.out}: rerun the same command to resume")
+    if improvement is None:
+        return code
     start = improvement.start
     print(f"start:    {start.successes}/{start.trials} held-out successes")
     for arm, rounds in improvement.rounds.items():
@@ -54,15 +51,12 @@ def _skills_refine(args) -> int:
                           envelope=args.envelope, trials_per_variant=args.trials_per_variant,
                           validation_trials=args.validation_trials, max_rules=args.max_rules, seed=args.seed)
     out = Path(args.out)
-    try:
-        refined = refine_skills(config, out.parent / (out.stem + "_refine"), workers=args.workers,
-                                progress=not args.no_progress)
-    except (RefineError, StoreError) as exc:
-        print(f"r2s2r skills refine: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\nr2s2r skills refine: stopped; rerun the same command to resume (its trials are kept)", file=sys.stderr)
-        return 130
+    refined, code = run_resumable(
+        "skills refine", lambda: refine_skills(config, out.parent / (out.stem + "_refine"), workers=args.workers,
+                                               progress=not args.no_progress),
+        (RefineError, StoreError), lambda: "rerun the same command to resume (its trials are kept)")
+    if refined is None:
+        return code
     out.write_text(refined.skills.read_text())
     for rule in refined.rules:
         print(f"rule: when {rule.when} use {rule.use} ({rule.found['validation']})")

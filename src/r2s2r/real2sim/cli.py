@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from r2s2r.config import ConfigError, load_yaml
+from r2s2r.resumable import run_resumable
 
 
 def _stack_robot(stack_path: str) -> tuple[str, str, list[str]]:
@@ -261,15 +262,12 @@ def _fidelity(args) -> int:
     from r2s2r.eval.runner import TrialError
     from r2s2r.eval.store import StoreError
     from r2s2r.policy.types import PolicyError
-    try:
-        study = run_study(config, args.out, workers=args.workers, progress=not args.no_progress)
-    except (PolicyError, StoreError, TrialError, GraphError) as exc:  # the user's to fix: what, not where
-        print(f"r2s2r fidelity: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"\nr2s2r fidelity: stopped; what was recorded, fitted and run is kept in {args.out}: rerun the "
-              "same command to resume", file=sys.stderr)
-        return 130
+    study, code = run_resumable(  # the errors are the user's to fix: what, not where
+        "fidelity", lambda: run_study(config, args.out, workers=args.workers, progress=not args.no_progress),
+        (PolicyError, StoreError, TrialError, GraphError),
+        lambda: f"what was recorded, fitted and run is kept in {args.out}: rerun the same command to resume")
+    if study is None:
+        return code
     for side in ("fitted", "nominal"):
         a = study.agreement[side]
         print(f"{side:8s} twin: MMRV {a['mmrv']:.3f}, Pearson {a['pearson']:.3f}, Spearman {a['spearman']:.3f}, "

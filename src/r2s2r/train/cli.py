@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from r2s2r.data.cli import image_size_type
 from r2s2r.eval.cli import _count
+from r2s2r.resumable import run_resumable
 
 
 def _train(args) -> int:
@@ -25,12 +25,11 @@ def _train(args) -> int:
                          stills=str(Path(args.stills).resolve()) if args.stills else None,
                          still_steps=args.still_steps,
                          model={"keypoints": args.keypoints} if args.keypoints else {})
-    try:
-        last = Trainer(config, args.out).train(progress=not args.no_progress)
-    except KeyboardInterrupt:
-        print(f"\nr2s2r train: stopped; rerun the same command to resume from the last checkpoint in "
-              f"{args.out}/checkpoints", file=sys.stderr)
-        return 130
+    last, code = run_resumable(
+        "train", lambda: Trainer(config, args.out).train(progress=not args.no_progress), (),
+        lambda: f"rerun the same command to resume from the last checkpoint in {args.out}/checkpoints")
+    if last is None:
+        return code
     print(f"checkpoint: {last}")
     print(f"losses: {Path(args.out) / 'losses.png'}")
     print(f"evaluate: r2s2r eval --task TASK --policy {last} --trials 100")
