@@ -82,11 +82,7 @@ class TaskLogic(abc.ABC):
     def object_poses(self, twin) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Privileged poses (position, quaternion wxyz) a scripted expert may observe: the
         scene's objects and every fixture body (bowls, boxes, doors)."""
-        poses = twin.object_poses()
-        for name in self.task.fixture_bodies:
-            body = twin.data.body(name)
-            poses[name] = (body.xpos.copy(), body.xquat.copy())
-        return poses
+        return twin.object_poses() | twin.fixture_poses()
 
 
 class Task:
@@ -104,9 +100,7 @@ class Task:
         self.graspable = graspable
         self.description = description
         self.source = source
-        self.fixture_bodies = tuple(
-            name for f in scene.fixtures for name in ((f.name, f"{f.name}_door") if f.kind == "hinged_box"
-                                                      else (f.name,)))
+        self.fixture_bodies = tuple(name for f in scene.fixtures for name in f.bodies)
         self.new_episode()
 
     @property

@@ -62,6 +62,11 @@ class FixtureSpec:
     door_rgba: tuple[float, float, float, float] = (0.3, 0.32, 0.36, 1.0)
 
     @property
+    def bodies(self) -> tuple[str, ...]:
+        """The MuJoCo bodies this fixture builds (a hinged box's door is a body of its own)."""
+        return (self.name, f"{self.name}_door") if self.kind == "hinged_box" else (self.name,)
+
+    @property
     def door_width(self) -> float:
         return self.size[1]
 
@@ -159,7 +164,7 @@ def _add_hinged_box(body: mujoco.MjsBody, f: FixtureSpec) -> None:
     # reference configuration (what a reset restores) has the door there and qpos 0 is closed.
     side = f.hinge_side
     a = f.door_angle
-    door = body.add_body(name=f"{f.name}_door", pos=[-d / 2 - t / 2, side * w / 2, 0.0],
+    door = body.add_body(name=f.bodies[1], pos=[-d / 2 - t / 2, side * w / 2, 0.0],
                          quat=[math.cos(a / 2), 0.0, 0.0, -side * math.sin(a / 2)])
     door.add_joint(name=f"{f.name}_hinge", type=mujoco.mjtJoint.mjJNT_HINGE, axis=[0, 0, -side],
                    range=[0.0, f.door_max], ref=a, damping=f.door_damping, frictionloss=f.door_friction,

@@ -183,12 +183,15 @@ class Twin:
         self.reset()
 
     # -- lifecycle -------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> None:
-        """Back to the scene's initial state: robot at home, objects where the scene puts them."""
+    def reset(self, seed: int | None = None, time: float = 0.0) -> None:
+        """Back to the scene's initial state: robot at home, objects where the scene puts them;
+        the clock at `time` (a soak's next episode goes on from the last one's clock, so that
+        nodes on use_sim_time never see time run backwards)."""
         if seed is not None:
             self.seed = seed
         self.rng = np.random.default_rng(self.seed)
         mujoco.mj_resetData(self.model, self.data)
+        self.data.time = float(time)
         self._delayed.clear()
         self.set_gripper_forces(None)
         self.data.qpos[:] = self._initial_qpos
@@ -390,6 +393,19 @@ class Twin:
     def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return {name: (self.object_pos[i].copy(), self.object_quat[i].copy())
                 for i, name in enumerate(self.object_names)}
+
+    def displace_object(self, name: str, position) -> None:
+        """Put object `name` at `position` (world, m), at rest: what knocking it away does (a
+        soak's drill of an intervention)."""
+        joint = self.model.joint(f"{name}_free")
+        self.data.qpos[joint.qposadr[0]:joint.qposadr[0] + 3] = np.asarray(position, float)
+        self.data.qvel[joint.dofadr[0]:joint.dofadr[0] + 6] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+
+    def fixture_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Every fixture body's pose (position, quaternion wxyz): bowls, boxes and their doors."""
+        return {name: (self.data.body(name).xpos.copy(), self.data.body(name).xquat.copy())
+                for f in self.scene.fixtures for name in f.bodies}
 
     def site_pose(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         site = self.data.site(name)
