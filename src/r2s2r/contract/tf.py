@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 try:
     from tf2_msgs.msg import TFMessage
 except ImportError as error:  # the interfaces are built at set-up, not shipped as wheels
@@ -30,3 +32,15 @@ def tf_message(transforms: Sequence, stamp: float) -> TFMessage:
          out.transform.rotation.w) = (float(v) for v in t.rotation)
         msg.transforms.append(out)
     return msg
+
+
+def poses_in(msg: TFMessage, parent: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The transforms of `msg` whose parent frame is `parent`, as child -> (position xyz,
+    quaternion wxyz as MuJoCo gives it)."""
+    poses = {}
+    for t in msg.transforms:
+        if t.header.frame_id != parent:
+            continue
+        p, q = t.transform.translation, t.transform.rotation
+        poses[t.child_frame_id] = (np.array([p.x, p.y, p.z]), np.array([q.w, q.x, q.y, q.z]))
+    return poses

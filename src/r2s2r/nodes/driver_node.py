@@ -23,7 +23,7 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   publish_depth    also publish cameras/<name>/depth/image_raw (32FC1, metres)
   real_time_factor 1.0 paces the twin to the wall clock; 0 runs as fast as it can
   controller_state_rate_hz  rate of <group>_controller/controller_state (0 disables it)
-  tf_rate_hz       rate of the links' (and the twin's objects') transforms on /tf (0 disables
+  tf_rate_hz       rate of the links' (and the twin's objects' and fixtures') transforms on /tf (0 disables
                    them); /tf_static and robot_description are published once, latched
   constraints.goal_time, constraints.stopped_velocity_tolerance, constraints.<joint>.trajectory,
   constraints.<joint>.goal   joint_trajectory_controller's default tolerances for the
@@ -354,7 +354,9 @@ class DriverNode(Node):
                     self._publish_diagnostics()
                 if self.simulated and self.real_time_factor > 0:
                     ahead = (now - clock0) / self.real_time_factor - (time.monotonic() - wall0)
-                    if ahead > 0:
+                    if ahead > 0.5:  # the clock jumped forward (a reset onto a later time): pace on from here
+                        wall0, clock0 = time.monotonic(), now
+                    elif ahead > 0:
                         time.sleep(ahead)
                     elif ahead < -0.5:  # fell behind by more than half a second: do not try to catch up
                         wall0, clock0 = time.monotonic(), now
@@ -379,11 +381,12 @@ class DriverNode(Node):
         self.pub_tf_static.publish(tf.tf_message(static, stamp if np.isfinite(stamp) else 0.0))
 
     def _publish_tf(self, now: float, sample) -> None:
-        """The moving joints' transforms at `sample`, and the twin's objects in the world."""
+        """The moving joints' transforms at `sample`, and the twin's objects and fixtures (bowls,
+        boxes, doors) in the world: what a perception stack would give the policy."""
         moving = moving_transforms(self.robot, dict(zip(sample.names, sample.position)))
         if self.simulated:
             with self.driver.lock:
-                poses = self.hardware.twin.object_poses()
+                poses = self.hardware.twin.object_poses() | self.hardware.twin.fixture_poses()
             moving += [Transform(WORLD, name, pos, np.array([q[1], q[2], q[3], q[0]]))
                        for name, (pos, q) in poses.items()]
         self.pub_tf.publish(tf.tf_message(moving, now + self.ros_time_offset))

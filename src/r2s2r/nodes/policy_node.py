@@ -9,11 +9,15 @@ Parameters:
   command_rate_hz       rate of the published commands (chunks are interpolated to it)
   sync_tolerance_s      how far apart joint states and images may be to form one observation
   autostart             start acting without a call to ~/start
+  privileged_poses      fill the observation's object poses from the world-frame transforms on /tf
+                        (the twin's driver publishes its objects and fixtures there): for scripted
+                        experts and policies trained on privileged state, in front of the twin
   max_observation_age_s, deadline_s, on_deadline_miss, ensemble_coefficient, replan_steps,
   max_action_age_s      override the policy config's `runtime` settings
 Set use_sim_time with the twin, so observation ages are measured on the twin's clock.
 
-Subscribes joint_states and cameras/<name>/image_raw (the policy's cameras); publishes
+Subscribes joint_states and cameras/<name>/image_raw (the policy's cameras), and /tf with
+privileged_poses; publishes
 <group>_position_controller/commands and <gripper>_controller/commands; serves ~/start,
 ~/stop and ~/reset (std_srvs/Trigger), in any order, each answering what it did; reports
 inference latency, deadline misses and staleness on diagnostics once a second. Commands go out
@@ -21,6 +25,9 @@ only while started and once joint states (and images) have formed an observation
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
 
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
@@ -33,6 +40,7 @@ from std_srvs.srv import Trigger
 
 from r2s2r.contract import Topics
 from r2s2r.contract import convert, qos
+from r2s2r.contract.frames import WORLD
 from r2s2r.nodes.runtime import check_ranges, run
 from r2s2r.policy import (JointLayout, ObservationAssembler, PolicyError, PolicyMetadata, PolicyRuntime,
                           RuntimeConfig, load_policy, read_policy_config)
@@ -51,12 +59,29 @@ RUNTIME_PARAMETERS = {
 }
 
 
+class WithObjectPoses:
+    """An observation assembler with privileged object poses (name -> (position, quaternion
+    wxyz), from `poses()`) added to each observation it forms."""
+
+    def __init__(self, assembler: ObservationAssembler, poses: Callable[[], dict]):
+        self._assembler = assembler
+        self._poses = poses
+
+    def latest(self):
+        observation = self._assembler.latest()
+        return None if observation is None else replace(observation, objects=self._poses())
+
+    def __getattr__(self, name):
+        return getattr(self._assembler, name)
+
+
 class PolicyNode(Node):
     def __init__(self, **node_options):
         super().__init__("policy", **node_options)  # options: a test's context and parameter_overrides
         self.declare_parameters("", [
             ("robot", Parameter.Type.STRING), ("policy", Parameter.Type.STRING), ("policy_params", ""),
             ("task", ""), ("command_rate_hz", 100.0), ("sync_tolerance_s", 0.05), ("autostart", False),
+            ("privileged_poses", False),
             *RUNTIME_PARAMETERS.items(),
         ])
         robot_name, source = self._param("robot", ""), self._param("policy", "")
@@ -81,6 +106,14 @@ class PolicyNode(Node):
         self._reason = ""  # why the last command held ('' while following the policy)
 
         self.create_subscription(JointState, Topics.JOINT_STATES, self._on_joints, qos.STATE)
+        if self._param("privileged_poses", False):
+            from r2s2r.contract import tf
+            self._poses: dict = {}
+
+            def on_tf(msg) -> None:  # one assignment: the tick thread reads a whole dict, never a half-merged one
+                self._poses = {**self._poses, **tf.poses_in(msg, WORLD)}
+            self.create_subscription(tf.TFMessage, Topics.TF, on_tf, qos.TF)
+            self.assembler = WithObjectPoses(self.assembler, lambda: self._poses)
         for camera in metadata.observation.cameras:
             self.create_subscription(Image, Topics.camera_image(camera),
                                      lambda msg, c=camera: self._on_image(c, msg), qos.SENSOR)

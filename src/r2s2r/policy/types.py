@@ -77,8 +77,8 @@ class ObservationSpace(ActionSpace):
     `cameras` maps a camera name to the (height, width) the model takes, or None where the
     policy takes the image as it comes (a remote server resizes for itself). `environment`
     names objects whose poses (position xyz, quaternion wxyz) follow the grippers in the state:
-    privileged, given by the twin only, so such a policy runs in the evaluation engine and not
-    on the live graph.
+    privileged, given by the twin only, so such a policy runs in the evaluation engine, or on the
+    live graph in front of the twin with policy_node's privileged_poses.
     """
 
     cameras: dict[str, tuple[int, int] | None] = field(default_factory=dict)
@@ -172,7 +172,8 @@ class Observation:
     """One synchronised observation; `stamp` is the oldest of its parts, on the robot's clock.
 
     `objects` holds privileged object poses (position xyz, quaternion wxyz) by object name: the
-    in-process evaluation engine fills it for scripted experts; on the ROS graph it is empty.
+    in-process evaluation engine fills it for scripted experts; on the ROS graph it is empty
+    unless policy_node reads them from the twin's /tf (privileged_poses).
     """
 
     stamp: float
@@ -200,8 +201,8 @@ class Observation:
         for name in getattr(space, "environment", ()):
             if name not in self.objects:
                 raise PolicyError(f"observation has no pose of {name!r}; the policy observes privileged object "
-                                  "poses, which only the twin gives (it runs in the evaluation engine, not on the "
-                                  "live graph)")
+                                  "poses, which only the twin gives (in the evaluation engine, or on the live graph "
+                                  "with policy_node's privileged_poses in front of the twin)")
             position, quaternion = self.objects[name]
             parts.append(np.concatenate([np.asarray(position, float).ravel(), np.asarray(quaternion, float).ravel()]))
         return np.concatenate(parts)
