@@ -66,6 +66,31 @@ def _skills_refine(args) -> int:
     return 0
 
 
+def _soak(args) -> int:
+    from r2s2r.loop.soak import SoakConfig, SoakError, parse_drill, parse_duration, run_soak
+    from r2s2r.policy.types import PolicyError
+
+    def run():
+        config = SoakConfig(task=args.task, policy=args.policy, duration_s=parse_duration(args.duration),
+                            episodes=args.episodes, envelope=args.envelope, seed=args.seed, stuck_s=args.stuck_s,
+                            storm_misses=args.storm_misses, real_time_factor=args.real_time_factor,
+                            sample_s=args.sample_s, inject=tuple(parse_drill(d) for d in args.inject))
+        return run_soak(config, args.out, progress=not args.no_progress)
+    soak, code = run_resumable("soak", run, (SoakError, PolicyError),
+                               lambda: f"the report of what ran is in {args.out}")
+    if soak is None:
+        return code
+    n = len(soak.episodes)
+    print(f"{n} episodes, {soak.successes} succeeded, {len(soak.interventions)} interventions"
+          + "".join(f"\n  episode {i['episode']} at {i['at_s'] / 60:.1f} min: {i['cause']}: {i['detail']}"
+                    for i in soak.interventions))
+    for node, m in soak.memory().items():
+        print(f"{node}: {m['first_mb']:.0f} -> {m['last_mb']:.0f} MB ({m['growth_mb_per_h']:+.1f} MB/h), "
+              f"CPU {m['cpu_percent_mean']:.0f} %")
+    print(f"report {Path(args.out) / 'soak.html'}")
+    return 0
+
+
 def add_loop_parsers(sub) -> None:
     from r2s2r.loop.improve import CONTROLS, RETRAIN
     im = sub.add_parser("improve", help="turn a trained policy's failures in the twin into data and a better policy "
@@ -116,6 +141,26 @@ def add_loop_parsers(sub) -> None:
     sr.add_argument("--workers", type=_count(1, 256), default=2)
     sr.add_argument("--no-progress", action="store_true")
     sr.set_defaults(func=_skills_refine)
+
+    so = sub.add_parser("soak", help="run a task over and over through the live ROS graph on the twin, counting "
+                                     "successes, failures and interventions, with every node's memory and CPU")
+    so.add_argument("--task", required=True)
+    so.add_argument("--policy", required=True, help="a policy URI or config (scripted:TASK, a checkpoint, ...)")
+    so.add_argument("--duration", default="1h", help="how long: 1h, 30m, 90s (default 1h)")
+    so.add_argument("--episodes", type=_count(0), default=0, help="stop after this many episodes (0: no limit)")
+    so.add_argument("--envelope", default=None, help="draw each episode from this envelope of the task's space")
+    so.add_argument("--seed", type=int, default=0)
+    so.add_argument("--stuck-s", type=float, default=10.0, help="an arm still this long (sim s) is stuck")
+    so.add_argument("--storm-misses", type=_count(1), default=50,
+                    help="inference deadlines missed within one episode that make a deadline storm")
+    so.add_argument("--real-time-factor", type=float, default=1.0)
+    so.add_argument("--sample-s", type=float, default=5.0, help="how often memory and CPU are sampled")
+    so.add_argument("--inject", action="append", default=[], metavar="DRILL@EPISODE",
+                    help="a drill: knock@N knocks an object off the table in episode N, kill-policy@N kills the "
+                         "policy_node process; repeatable")
+    so.add_argument("--out", required=True)
+    so.add_argument("--no-progress", action="store_true")
+    so.set_defaults(func=_soak)
 
 
 __all__ = ["add_loop_parsers"]

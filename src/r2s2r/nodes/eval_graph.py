@@ -48,7 +48,7 @@ from rclpy.parameter import Parameter
 from r2s2r.eval.runner import TrialResult, TrialSpec
 from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
-from r2s2r.nodes.policy_node import PolicyNode
+from r2s2r.nodes.policy_node import PolicyNode, WithObjectPoses
 from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
 from r2s2r.real2sim.proxy_cell import ProxyCellConfig, ProxyHardware, load_cell
 from r2s2r.robots import get_robot
@@ -57,19 +57,36 @@ POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
 STALL_S = 30.0  # wall seconds without the twin's clock moving: the driver has stopped
 
 
-class _WithObjects:
-    """policy_node's observation assembler, with the privileged object poses added."""
+class Judge:
+    """The task judged as in-process, on the twin's sim time from `start`: stepped once per
+    control period until it is done or its time limit passes; and whether the twin's clock has
+    stood still for STALL_S wall seconds (its driver stopped). Call under the driver's lock."""
 
-    def __init__(self, assembler, poses):
-        self._assembler = assembler
-        self._poses = poses
+    def __init__(self, task, twin, start: float):
+        self.task, self.twin = task, twin
+        self.period = 1.0 / task.control_rate_hz
+        self.next_tick, self.limit = start + self.period, start + task.time_limit_s
+        self.timed_out = True
+        self._last, self._since = start, time.monotonic()
 
-    def latest(self):
-        observation = self._assembler.latest()
-        return None if observation is None else replace(observation, objects=self._poses())
+    def stalled(self, now: float) -> bool:
+        if now != self._last:
+            self._last, self._since = now, time.monotonic()
+            return False
+        return time.monotonic() - self._since > STALL_S
 
-    def __getattr__(self, name):
-        return getattr(self._assembler, name)
+    def due(self, now: float) -> bool:
+        """Whether a control period has come (the task has then stepped and been judged)."""
+        if now + 1e-9 < self.next_tick:
+            return False
+        self.task.step(self.twin)
+        self.next_tick += self.period
+        if self.task.done(self.twin):
+            self.timed_out = False
+        return True
+
+    def over(self, now: float) -> bool:
+        return not self.timed_out or now >= self.limit - 1e-9
 
 
 def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict | None = None,
@@ -114,34 +131,24 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
         def poses():
             with lock:
                 return task.object_poses(twin)
-        policy.assembler = _WithObjects(policy.assembler, poses)
+        policy.assembler = WithObjectPoses(policy.assembler, poses)
         executor.add_node(driver)
         executor.add_node(policy)
         spinner = spin_in_background(executor)
         policy._start()  # what its ~/start service does: reset the runtime, begin acting
-        period = 1.0 / task.control_rate_hz
-        limit = start + task.time_limit_s
-        next_tick, timed_out = start + period, True
-        last_time, last_change = start, time.monotonic()
+        judge = Judge(task, twin, start)
         while True:
             with lock:
                 now = twin.time
-                if now != last_time:
-                    last_time, last_change = now, time.monotonic()
-                elif time.monotonic() - last_change > STALL_S:
+                if judge.stalled(now):
                     raise RuntimeError(f"trial {spec.id}: the twin's clock stopped at {now:.3f} s for {STALL_S:g} s "
                                        f"(driver fault: {driver._fault or 'none reported'})")
-                if now + 1e-9 >= next_tick:
-                    task.step(twin)
-                    next_tick += period
-                    if task.done(twin):
-                        timed_out = False
-                        break
-                if now >= limit - 1e-9:
+                judge.due(now)
+                if judge.over(now):
                     break
             time.sleep(POLL_S)
         with lock:
-            outcome = task.outcome(twin, timed_out)
+            outcome = task.outcome(twin, judge.timed_out)
             elapsed = twin.time - start
             rejected = float(sum(driver.loop.controller.stats.rejected.values()))
             latency = float(twin.command_latency_s)  # what the driver's twin delayed setpoints by
