@@ -10,6 +10,7 @@ import pytest
 
 from r2s2r.eval.runner import plan_eval
 from r2s2r.eval.tasks import load_task
+from r2s2r.policy.types import PolicyError
 from r2s2r.loop.soak import SoakConfig, SoakError, parse_drill, parse_duration, run_soak
 from r2s2r.sim.twin import Twin
 
@@ -64,7 +65,10 @@ def test_soak_settings_are_refused_by_name_before_anything_runs(tmp_path):
         run_soak(SoakConfig(task=TASK, policy=EXPERT, stuck_s=float("nan")), tmp_path / "x", progress=False)
     with pytest.raises(Exception, match="no_such_task"):
         run_soak(SoakConfig(task="no_such_task", policy=EXPERT), tmp_path / "y", progress=False)
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    with pytest.raises(PolicyError, match="step_000100"):
+        run_soak(SoakConfig(task=TASK, policy=str(tmp_path / "run" / "checkpoints" / "step_000100")), tmp_path / "z",
+                 progress=False)
+    assert not any((tmp_path / d).exists() for d in "xyz")
 
 
 def test_a_twin_reset_onto_a_later_clock_and_its_fixtures_and_drills():

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from r2s2r.eval.cli import _count
@@ -88,6 +89,9 @@ def _soak(args) -> int:
         print(f"{node}: {m['first_mb']:.0f} -> {m['last_mb']:.0f} MB ({m['growth_mb_per_h']:+.1f} MB/h), "
               f"CPU {m['cpu_percent_mean']:.0f} %")
     print(f"report {Path(args.out) / 'soak.html'}")
+    if soak.error:
+        print(f"r2s2r soak: error: {soak.error}", file=sys.stderr)
+        return 1
     return 0
 
 

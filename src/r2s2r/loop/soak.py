@@ -75,11 +75,14 @@ class SoakConfig:
 
     def check(self) -> None:
         from r2s2r.eval.tasks import load_task
-        from r2s2r.policy import read_policy_config
+        from r2s2r.policy import PolicyMetadata, load_policy, read_policy_config
+        from r2s2r.robots import get_robot
         task = load_task(self.task)  # an unknown task names the known ones
         if self.envelope:
             task.perturbations.within(self.envelope)  # an unknown envelope names the known ones
-        read_policy_config(self.policy)  # a policy that cannot be read is named before the graph starts
+        # A policy that cannot be loaded for the task's robot is named before the graph starts.
+        policy = load_policy(read_policy_config(self.policy), PolicyMetadata.for_robot(get_robot(task.robot)), {})
+        getattr(policy, "close", lambda: None)()  # a remote policy holds a connection
         for name, value, low in (("stuck_s", self.stuck_s, 0.0), ("real_time_factor", self.real_time_factor, 0.0),
                                  ("sample_s", self.sample_s, 0.0)):
             if not (np.isfinite(value) and value > low):
@@ -95,6 +98,7 @@ class Soak:
     resources: list[dict]
     wall_s: float
     out: Path
+    error: str = ""  # why the soak's graph stopped before its time, with the end of its output
 
     @property
     def successes(self) -> int:
@@ -158,7 +162,9 @@ def run_soak(config: SoakConfig, out: str | Path, progress: bool = True) -> Soak
     if proc.returncode not in (0, -signal.SIGINT) and not episodes:
         raise SoakError(f"the soak's graph exited with code {proc.returncode} before any episode ended:\n"
                         + "\n".join(tail))
-    soak = Soak(config, episodes, _read_jsonl(out / "resources.jsonl"), time.monotonic() - wall0, out)
+    error = "" if proc.returncode in (0, -signal.SIGINT) else \
+        f"the soak's graph stopped early (exit code {proc.returncode}):\n" + "\n".join(tail[-15:])
+    soak = Soak(config, episodes, _read_jsonl(out / "resources.jsonl"), time.monotonic() - wall0, out, error)
     write_soak_report(soak)
     return soak
 
@@ -187,7 +193,8 @@ def summary(soak: Soak) -> dict:
     return {"config": asdict(soak.config), "wall_s": soak.wall_s, "episodes": n, "successes": soak.successes,
             "failures": sum(1 for e in soak.episodes if e["outcome"] == "failure"),
             "success_rate": None if rate is None else {"rate": rate.rate, "low": rate.low, "high": rate.high},
-            "interventions": soak.interventions, "interventions_by_cause": causes, "memory": soak.memory()}
+            "interventions": soak.interventions, "interventions_by_cause": causes, "memory": soak.memory(),
+            "error": soak.error}
 
 
 def write_soak_report(soak: Soak) -> Path:
@@ -206,6 +213,7 @@ def write_soak_report(soak: Soak) -> Path:
              f"deadline storm at {cfg.storm_misses} misses"
              + (f"; drills {', '.join(d['what'] + '@' + str(d['episode']) for d in cfg.inject)}" if cfg.inject else "")
              + "</p>",
+             (f"<p><b>{_esc(soak.error.splitlines()[0])}</b></p><pre>{_esc(soak.error)}</pre>" if soak.error else ""),
              _table(["episodes", "successes [95 % CI]", "failures", "interventions"],
                     [[s["episodes"], rate_text, s["failures"], len(s["interventions"])]]),
              "<h2>Interventions</h2>",

@@ -121,8 +121,10 @@ class PolicyProcess:
         args = [sys.executable, "-m", "r2s2r.nodes.policy_node", "--ros-args",
                 "-p", f"robot:={c['robot']}", "-p", f"policy:={c['policy']}", "-p", "use_sim_time:=true",
                 "-p", f"command_rate_hz:={float(c['control_rate_hz'])}", "-p", "privileged_poses:=true"]
+        # A session of its own: a terminal's Ctrl-C stops the soak after its episode, and must not
+        # kill the policy under way (an intervention nobody caused); it still dies with the soak.
         with open(self.log, "a") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.starts += 1
 
     def exit_code(self) -> int | None:
