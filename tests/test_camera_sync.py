@@ -48,6 +48,20 @@ def test_a_late_message_older_than_an_emitted_set_is_dropped_not_joined():
     assert obs.items == {"a": (2.10, "a2"), "b": (2.11, "b2")}
 
 
+def test_clear_starts_a_new_episode_whose_clock_may_restart():
+    # A reset twin restarts its clock: without clear, every later message would be "older than a
+    # set already emitted" and dropped for good.
+    sync = ApproximateTimeSynchronizer(["a", "b"], tolerance_s=0.05)
+    sync.add("a", 5.00, "a1")
+    assert sync.add("b", 5.01, "b1") is not None
+    sync.add("a", 5.02, "pending")
+    sync.clear()
+    assert sync.latest() is None
+    assert sync.add("b", 0.01, "b2") is None  # the pending a from before the reset does not join it
+    obs = sync.add("a", 0.00, "a2")
+    assert obs.items == {"a": (0.00, "a2"), "b": (0.01, "b2")}
+
+
 def test_queues_are_bounded_and_overflow_counts_as_dropped():
     sync = ApproximateTimeSynchronizer(["fast", "never"], tolerance_s=0.01, queue_size=5)
     for i in range(50):

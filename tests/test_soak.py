@@ -34,7 +34,7 @@ def test_a_soak_counts_drilled_interventions_and_goes_on(tmp_path):
     # same seed and envelope makes (its outcome through the asynchronous graph may differ on a
     # trial near the edge: tests/test_eval_graph.py compares outcomes on trials well inside).
     assert episodes[0]["commands_accepted"] > 50 and episodes[3]["commands_accepted"] > 50, rows
-    assert all(e["commands_rejected"] == 0 for e in episodes), rows
+    assert episodes[0]["commands_rejected"] == 0 and episodes[3]["commands_rejected"] == 0, rows
     assert episodes[0]["outcome"] in ("success", "failure") and episodes[3]["outcome"] in ("success", "failure"), rows
     planned = plan_eval(EXPERT, load_task(TASK), 4, 3, envelope="operating")
     assert [(e["perturbation"], e["seed"]) for e in episodes] == [(p.spec.values, p.spec.seed) for p in planned]

@@ -42,6 +42,14 @@ class ApproximateTimeSynchronizer:
         self._last_used: dict[str, float] = {k: -math.inf for k in keys}
         self._latest: SyncedObservation | None = None
 
+    def clear(self) -> None:
+        """Forget every queued message and set: a new episode, whose clock may start anew."""
+        for k in self.keys:
+            self._stamps[k].clear()
+            self._values[k].clear()
+            self._last_used[k] = -math.inf
+        self._latest = None
+
     def add(self, key: str, stamp: float, value) -> SyncedObservation | None:
         """Queue one message; returns the set it completes, if it completes one."""
         if key not in self._stamps:

@@ -184,7 +184,10 @@ class PolicyNode(Node):
 
     # -- services: any order, any number of times; each answers what it did -------------------------
     def _reset(self) -> str:
-        """Clear chunks and the policy's episode state; '' or what failed (the node then stops)."""
+        """Clear chunks, the policy's episode state and the observations so far (a reset twin
+        teleports the robot and may restart its clock: nothing from before is acted on); '' or
+        what failed (the node then stops)."""
+        self.assembler.clear()
         try:
             self.runtime.reset()
         except Exception as exc:  # a policy's own reset (a remote server, say) failing must not end the node

@@ -92,6 +92,11 @@ class ObservationAssembler:
         with self._lock:
             self.sync.add(camera, stamp, image)
 
+    def clear(self) -> None:
+        """Forget what has arrived: the next observation is formed from what arrives after."""
+        with self._lock:
+            self.sync.clear()
+
     def latest(self) -> Observation | None:
         with self._lock:
             synced = self.sync.latest()
