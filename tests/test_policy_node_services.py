@@ -109,9 +109,10 @@ def test_start_stop_reset_in_any_order_never_raise_and_commands_follow_the_state
                 response = _call(node._on_start)
                 assert response.success
                 assert response.message.startswith("restarted" if running else "started"), response.message
-                waiting = f"no command until joint_states and {IMAGE} form an observation"
-                assert (waiting in response.message) == (not observed), response.message
-                running = True
+                # A fresh episode: what was observed before it is forgotten, and the node says it waits.
+                assert f"no command until joint_states and {IMAGE} form an observation" in response.message, \
+                    response.message
+                running, observed = True, False
             elif kind == "stop":
                 response = _call(node._on_stop)
                 assert response.success and response.message.startswith("already stopped" if not running else
@@ -121,6 +122,7 @@ def test_start_stop_reset_in_any_order_never_raise_and_commands_follow_the_state
                 response = _call(node._on_reset)
                 assert response.success and "chunks and episode state cleared" in response.message
                 assert ("running" in response.message) == running, response.message
+                observed = False
             elif kind == "observe":
                 node._on_joints(_joints(stamp))
                 node._on_image("scene", _image(stamp))
