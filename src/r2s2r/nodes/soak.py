@@ -182,12 +182,13 @@ class ResourceSampler:
         self.thread.join(timeout=5.0)
 
 
-def _out_of_reach(task, twin) -> str:
+def _out_of_reach(twin) -> str:
+    """Which object has left the table (below its top, or beyond its edge), or ''."""
     table = twin.scene.table
+    if table is None:
+        return ""
+    (cx, cy), (sx, sy, _) = table.center, table.size
     for name, (pos, _) in twin.object_poses().items():
-        if table is None:
-            continue
-        (cx, cy), (sx, sy, _) = table.center, table.size
         if (pos[2] < table.height - OFF_TABLE_M or abs(pos[0] - cx) > sx / 2 + OFF_TABLE_M
                 or abs(pos[1] - cy) > sy / 2 + OFF_TABLE_M):
             return f"{name} at ({pos[0]:.2f}, {pos[1]:.2f}, {pos[2]:.2f}) m is off the table"
@@ -252,7 +253,7 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
                 if judge.due(now):
                     if judge.over(now):
                         break
-                    away = _out_of_reach(task, twin)
+                    away = _out_of_reach(twin)
                     if away:
                         intervention = ("object out of reach", away)
                         break
