@@ -198,6 +198,20 @@ def test_distractors_appear_in_order_and_rest_where_the_space_puts_them():
     assert twin_at(BLOCK, {"distractors": 0}).object_names == ("block",)
 
 
+def test_a_distractor_the_block_was_moved_onto_is_left_out_and_the_rest_stay():
+    # The block moved to where distractor_2 stands: both would start inside each other, and the
+    # physics would throw the sphere off the table before the robot moved (a soak saw it).
+    block = BLOCK.base_scene.objects[0].pos
+    onto = {"distractors": 3, "block_x": 0.62 - block[0], "block_y": 0.28 - block[1]}
+    twin = twin_at(BLOCK, onto)
+    assert twin.object_names == ("block", "distractor_0", "distractor_1")
+    start = {name: pose[0].copy() for name, pose in twin.object_poses().items()}
+    twin.step(100)
+    for name, (position, _) in twin.object_poses().items():
+        np.testing.assert_allclose(position, start[name], atol=2e-3, err_msg=name)
+    assert twin_at(BLOCK, {"distractors": 3}).object_names[-1] == "distractor_2"
+
+
 def test_door_angle_sets_where_the_door_starts():
     task = load_task("franka_cup_in_microwave")
     twin = twin_at(task, {"door_angle": 2.0})

@@ -37,7 +37,7 @@ Kinds, their units and the value that changes nothing (the nominal, unless `nomi
 | light_intensity | light | diffuse scale | 1 |
 | light_tilt | light | tilt of its direction away from the nominal, rad | 0 |
 | light_azimuth | light | the direction of that tilt about the vertical, rad | 0 |
-| distractors | - | how many of the factor's `objects:` are added (integer) | 0 |
+| distractors | - | how many of the factor's `objects:` are added (integer); one whose footprint would start on an object or fixture (moved there by the other factors) is left out | 0 |
 | actuator_gain | - | scale of every arm actuator's stiffness and damping (the twin's own: fitted ones included) | 1 |
 | command_latency | - | delay of every command, s | 0 |
 | variant | - | which scene of the factor's `pool:` the trial starts from: 0 is the task's own scene, k the pool's variant k (integer) | 0 |
@@ -322,6 +322,22 @@ def _resting_z(obj: ObjectSpec, new_half_height: float) -> float:
     return obj.pos[2] - obj.half_height + new_half_height
 
 
+def _clear_of(candidates: Sequence[ObjectSpec], objects: Sequence[ObjectSpec],
+              fixtures: Sequence) -> list[ObjectSpec]:
+    """The candidates whose footprints start clear of every object and fixture (and of each
+    other): a distractor the other factors moved an object onto would start inside it, and the
+    physics would throw it off the table before the robot moves."""
+    placed = [(np.asarray(o.pos[:2], float), o.footprint_radius) for o in objects] + \
+        [(np.asarray(f.pos[:2], float), f.footprint_radius) for f in fixtures]
+    kept = []
+    for obj in candidates:
+        xy = np.asarray(obj.pos[:2], float)
+        if all(np.linalg.norm(xy - other) >= radius + obj.footprint_radius for other, radius in placed):
+            kept.append(obj)
+            placed.append((xy, obj.footprint_radius))
+    return kept
+
+
 def _apply(scene: Scene, changed: dict[tuple[str, str | None], tuple[Factor, float]]) -> Scene:
     def get(kind, target, default):
         return changed[(kind, target)][1] if (kind, target) in changed else default
@@ -345,14 +361,13 @@ def _apply(scene: Scene, changed: dict[tuple[str, str | None], tuple[Factor, flo
             rgba=colour("object_color", n, obj.rgba),
             mass=obj.mass * scale ** 3 * get("object_mass_scale", n, 1.0),
             friction=get("object_friction", n, obj.friction)))
-    if ("distractors", None) in changed:
-        factor, count = changed[("distractors", None)]
-        objects.extend(factor.objects[:int(count)])
-
     fixtures = tuple(replace(
         fx, pos=(fx.pos[0] + get("fixture_x", fx.name, 0.0), fx.pos[1] + get("fixture_y", fx.name, 0.0), fx.pos[2]),
         yaw=fx.yaw + get("fixture_yaw", fx.name, 0.0), door_angle=get("door_angle", fx.name, fx.door_angle),
         rgba=colour("fixture_color", fx.name, fx.rgba)) for fx in scene.fixtures)
+    if ("distractors", None) in changed:
+        factor, count = changed[("distractors", None)]
+        objects.extend(_clear_of(factor.objects[:int(count)], objects, fixtures))
 
     table = scene.table
     if table is not None:

@@ -67,6 +67,11 @@ class FixtureSpec:
         return (self.name, f"{self.name}_door") if self.kind == "hinged_box" else (self.name,)
 
     @property
+    def footprint_radius(self) -> float:
+        """The radius of the circle that bounds it seen from above (a hinged box's door closed)."""
+        return self.radius + self.wall if self.kind == "bowl" else math.hypot(self.size[0], self.size[1]) / 2
+
+    @property
     def door_width(self) -> float:
         return self.size[1]
 

@@ -11,6 +11,7 @@ Twin of the scene applies; `r2s2r align --fit` writes such a pair.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -43,6 +44,11 @@ class ObjectSpec:
         if self.shape == "sphere":
             return self.size[0]
         return self.size[1] / 2 + (self.size[0] if self.shape == "capsule" else 0.0)
+
+    @property
+    def footprint_radius(self) -> float:
+        """The radius of the circle that bounds it seen from above, at any yaw."""
+        return math.hypot(self.size[0], self.size[1]) / 2 if self.shape == "box" else self.size[0]
 
 
 @dataclass(frozen=True)
