@@ -78,6 +78,9 @@ class WithObjectPoses:
 class PolicyNode(Node):
     def __init__(self, **node_options):
         super().__init__("policy", **node_options)  # options: a test's context and parameter_overrides
+        # Its callbacks share the node's default (mutually exclusive) group, and inference runs in
+        # the runtime's own thread: a second executor thread would only add rclpy's overhead.
+        self.executor_threads = 1
         self.declare_parameters("", [
             ("robot", Parameter.Type.STRING), ("policy", Parameter.Type.STRING), ("policy_params", ""),
             ("task", ""), ("command_rate_hz", 100.0), ("sync_tolerance_s", 0.05), ("autostart", False),

@@ -1,4 +1,5 @@
-"""Starting and stopping rclpy nodes the same way everywhere: a multi-threaded executor, and
+"""Starting and stopping rclpy nodes the same way everywhere: a multi-threaded executor (a
+single-threaded one for a node whose `executor_threads` is 1), and
 rclpy's own signal handling, so SIGINT and SIGTERM (what the stack runner sends) both wake the
 executor and end the node cleanly."""
 
@@ -10,7 +11,7 @@ import threading
 from typing import Callable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -91,7 +92,9 @@ def run(make_node: Callable[[], Node], args=None) -> int:
     try:
         node = make_node()
         read_only_parameters(node)
-        executor = MultiThreadedExecutor(num_threads=getattr(node, "executor_threads", 2))
+        threads = getattr(node, "executor_threads", 2)
+        # One thread: rclpy's multi-threaded executor costs several times the single one per message.
+        executor = SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
