@@ -194,3 +194,40 @@ def test_a_reset_failing_while_running_stops_the_commands(ros_context):
         assert not node.running and len(sent.commands) == 2
     finally:
         _close(node)
+
+
+def test_privileged_poses_come_from_tf_and_a_reset_forgets_them(ros_context):
+    """A new episode's objects start elsewhere: until /tf says where, the node acts on no pose
+    (not on where the last episode left them)."""
+    from r2s2r.contract.frames import WORLD
+    from r2s2r.contract.tf import tf_message
+    from r2s2r.robots.transforms import Transform
+
+    def block_at(x: float, stamp: float):
+        return tf_message([Transform(WORLD, "block", np.array([x, 0.1, 0.03]), np.array([0.0, 0.0, 0.0, 1.0]))],
+                          stamp)
+
+    node = _make(ros_context, "scripted:hold", privileged_poses=True)
+    sent = Published(node)
+    try:
+        started = _call(node._on_start)
+        assert started.success and "the objects' poses on /tf" in started.message, started.message
+        node._on_joints(_joints(node._now()))
+        node._tick()
+        assert sent.commands == []  # joints, but no pose yet
+        node._on_tf(block_at(0.5, node._now()))
+        assert node.assembler.latest().objects["block"][0][0] == 0.5
+        node._tick()
+        assert len(sent.commands) == 2
+        for reset in (node._on_reset, node._on_start):
+            assert _call(reset).success
+            node._on_joints(_joints(node._now()))
+            assert node.assembler.latest() is None
+            node._tick()
+            assert len(sent.commands) == 2  # the last episode's block is not acted on
+        node._on_tf(block_at(0.6, node._now()))
+        np.testing.assert_allclose(node.assembler.latest().objects["block"][0], [0.6, 0.1, 0.03])
+        node._tick()
+        assert len(sent.commands) == 4
+    finally:
+        _close(node)

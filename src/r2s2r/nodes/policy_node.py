@@ -68,8 +68,10 @@ class WithObjectPoses:
         self._poses = poses
 
     def latest(self):
+        """The observation with the poses; None until there are poses (after a reset, say)."""
         observation = self._assembler.latest()
-        return None if observation is None else replace(observation, objects=self._poses())
+        poses = self._poses()
+        return None if observation is None or not poses else replace(observation, objects=poses)
 
     def __getattr__(self, name):
         return getattr(self._assembler, name)
@@ -109,13 +111,10 @@ class PolicyNode(Node):
         self._reason = ""  # why the last command held ('' while following the policy)
 
         self.create_subscription(JointState, Topics.JOINT_STATES, self._on_joints, qos.STATE)
+        self._poses: dict = {}  # privileged object poses from /tf, forgotten at every reset
         if self._param("privileged_poses", False):
             from r2s2r.contract import tf
-            self._poses: dict = {}
-
-            def on_tf(msg) -> None:  # one assignment: the tick thread reads a whole dict, never a half-merged one
-                self._poses = {**self._poses, **tf.poses_in(msg, WORLD)}
-            self.create_subscription(tf.TFMessage, Topics.TF, on_tf, qos.TF)
+            self.create_subscription(tf.TFMessage, Topics.TF, self._on_tf, qos.TF)
             self.assembler = WithObjectPoses(self.assembler, lambda: self._poses)
         for camera in metadata.observation.cameras:
             self.create_subscription(Image, Topics.camera_image(camera),
@@ -175,6 +174,11 @@ class PolicyNode(Node):
         except PolicyError as error:
             self._observation_failed(error)
 
+    def _on_tf(self, msg) -> None:
+        from r2s2r.contract import tf
+        # One assignment: a tick reads a whole dict, never a half-merged one.
+        self._poses = {**self._poses, **tf.poses_in(msg, WORLD)}
+
     def _on_image(self, camera: str, msg: Image) -> None:
         try:
             if msg.encoding not in ("rgb8", "bgr8"):
@@ -189,8 +193,10 @@ class PolicyNode(Node):
     def _reset(self) -> str:
         """Clear chunks, the policy's episode state and the observations so far (a reset twin
         teleports the robot and may restart its clock: nothing from before is acted on); '' or
-        what failed (the node then stops)."""
+        what failed (the node then stops). Object poses are forgotten too: the last episode's
+        would place the new one's objects where the old ones ended."""
         self.assembler.clear()
+        self._poses = {}
         try:
             self.runtime.reset()
         except Exception as exc:  # a policy's own reset (a remote server, say) failing must not end the node
@@ -204,6 +210,7 @@ class PolicyNode(Node):
             return ""
         cameras = self.policy.metadata.observation.cameras
         return ("; no command until joint_states" + "".join(f" and {Topics.camera_image(c)}" for c in cameras)
+                + (f" and the objects' poses on {Topics.TF}" if isinstance(self.assembler, WithObjectPoses) else "")
                 + " form an observation")
 
     def _start(self) -> tuple[bool, str]:
