@@ -73,7 +73,8 @@ class SoakConfig:
     sample_s: float = 5.0
     inject: tuple[dict, ...] = field(default_factory=tuple)
 
-    def check(self) -> None:
+    def check(self) -> tuple[str, ...]:
+        """Refuse what cannot run, by name, before the graph starts; the cameras the policy observes."""
         from r2s2r.eval.tasks import load_task
         from r2s2r.policy import PolicyMetadata, load_policy, read_policy_config
         from r2s2r.robots import get_robot
@@ -82,6 +83,7 @@ class SoakConfig:
             task.perturbations.within(self.envelope)  # an unknown envelope names the known ones
         # A policy that cannot be loaded for the task's robot is named before the graph starts.
         policy = load_policy(read_policy_config(self.policy), PolicyMetadata.for_robot(get_robot(task.robot)), {})
+        cameras = tuple(policy.metadata.observation.cameras)  # which the driver must render for it
         getattr(policy, "close", lambda: None)()  # a remote policy holds a connection
         for name, value, low in (("stuck_s", self.stuck_s, 0.0), ("real_time_factor", self.real_time_factor, 0.0),
                                  ("sample_s", self.sample_s, 0.0)):
@@ -89,6 +91,7 @@ class SoakConfig:
                 raise SoakError(f"{name} is {value}; expected a positive number")
         if self.storm_misses < 1 or self.episodes < 0:
             raise SoakError("storm_misses must be at least 1 and episodes at least 0")
+        return cameras
 
 
 @dataclass
@@ -139,21 +142,24 @@ def _read_jsonl(path: Path) -> list[dict]:
 def run_soak(config: SoakConfig, out: str | Path, progress: bool = True) -> Soak:
     """Run the soak's graph (nodes/soak.py) for the configured duration and write its report.
     Ctrl-C ends the soak after the episode under way, and the report covers what ran."""
-    config.check()
+    cameras = config.check()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("episodes.jsonl", "resources.jsonl"):
         (out / stale).unlink(missing_ok=True)  # a soak is one stretch of time: it starts afresh
-    (out / "config.json").write_text(json.dumps(asdict(config), indent=1))
+    (out / "config.json").write_text(json.dumps({**asdict(config), "cameras": list(cameras)}, indent=1))
     wall0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-u", "-m", "r2s2r.nodes.soak", str(out / "config.json"), str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
     try:
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-40:]
-            if progress and line.startswith("[soak]"):
-                print(line.rstrip(), flush=True)
+        with open(out / "graph.log", "w") as log:  # all the graph's output: a fault's traceback is there
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                tail = (tail + [line.rstrip()])[-40:]
+                if progress and line.startswith("[soak]"):
+                    print(line.rstrip(), flush=True)
         proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)  # it finishes the episode under way, then stops

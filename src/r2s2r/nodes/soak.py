@@ -55,8 +55,6 @@ from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.eval_graph import STALL_S, Judge
 from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
-from r2s2r.policy import PolicyMetadata, load_policy, read_policy_config
-from r2s2r.robots import get_robot
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
 DRILL_AT_S = 1.0  # sim seconds into an episode that a drill strikes
@@ -195,9 +193,12 @@ def _out_of_reach(twin) -> str:
     return ""
 
 
-def run_episode(index: int, spec, task, config: dict, clock: float, context: Context, executor,
+def run_episode(index: int, spec, task, config: dict, clock: float, context: Context,
                 monitor: Monitor, policy: PolicyProcess) -> tuple[dict, float]:
-    """One episode; its row and the twin's clock at its end."""
+    """One episode; its row and the twin's clock at its end. The episode's executor (its driver
+    and the soak's monitor) stops before the driver is destroyed: a driver callback a worker
+    thread had already taken would meet a destroyed node and end the spin, after which no
+    service answer would ever be read (an hour-long soak met it after 15 episodes)."""
     wall0 = time.monotonic()
     drills = {d["what"] for d in config.get("inject", []) if int(d["episode"]) == index}
     values = spec.values
@@ -216,13 +217,22 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
         twin.reset(spec.seed, time=clock)
         task.start(twin)
         driver.loop.hold_here()
+    executor = MultiThreadedExecutor(num_threads=3, context=context)
+    executor.add_node(monitor)
     executor.add_node(driver)
+    spinner = spin_in_background(executor)
+
+    def still_spinning() -> None:  # a fault of the soak's own, not an intervention of the policy's
+        if not spinner.is_alive():
+            raise RuntimeError("the soak's executor stopped spinning (its error is above): no service answer or "
+                               "diagnostic can be read any more")
     row = {"episode": index, "seed": spec.seed, "perturbation": values, "policy_starts": policy.starts}
     intervention = None
     try:
         if policy.exit_code() is not None:
             policy.start()
         ok, message = monitor.call("start")  # a fresh episode for the policy: what ~/start does
+        still_spinning()
         if not ok:
             intervention = ("node died" if policy.exit_code() is not None else "policy not started", message)
         misses0 = monitor.deadline_misses
@@ -266,6 +276,7 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
                         break
                 if judge.over(now):
                     break
+            still_spinning()
             code = policy.exit_code()
             if code is not None:
                 intervention = ("node died", f"policy_node exited with code {code}")
@@ -281,9 +292,9 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
             row["commands_accepted"] = int(sum(stats.accepted.values()))
             row["commands_rejected"] = int(sum(stats.rejected.values()))
     finally:
-        if policy.exit_code() is None:
+        if policy.exit_code() is None and spinner.is_alive():
             monitor.call("stop", timeout=5.0)
-        executor.remove_node(driver)
+        stop_spinning(executor, spinner, timeout=5.0)
         driver.close()
         driver.destroy_node()
     row.update(success=bool(outcome.success) and intervention is None, stage=str(outcome.stage),
@@ -305,16 +316,10 @@ def main(argv=None) -> int:
     prompt_gil_handover()  # the driver's control loop shares this process with a busy executor
     task = load_task(config["task"])
     config["robot"], config["control_rate_hz"] = task.robot, task.control_rate_hz
-    metadata = load_policy(read_policy_config(config["policy"]), PolicyMetadata.for_robot(get_robot(task.robot)),
-                           {}).metadata  # which cameras the driver must render for it
-    config["cameras"] = list(metadata.observation.cameras)
     planned: list = []
     context = Context()
     rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=3, context=context)
     monitor = Monitor(context)
-    executor.add_node(monitor)
-    spinner = spin_in_background(executor)
     policy = PolicyProcess(config, out / "policy_node.log")
     policy.start()
     stop = threading.Event()
@@ -334,7 +339,7 @@ def main(argv=None) -> int:
                 if index >= len(planned):
                     planned = plan_eval(config["policy"], task, index + PLAN_BLOCK, int(config["seed"]),
                                         envelope=config.get("envelope"))
-                row, clock = run_episode(index, planned[index].spec, task, config, clock, context, executor,
+                row, clock = run_episode(index, planned[index].spec, task, config, clock, context,
                                          monitor, policy)
                 row["wall_since_start_s"] = time.monotonic() - wall0
                 with open(out / "episodes.jsonl", "a") as f:
@@ -346,7 +351,6 @@ def main(argv=None) -> int:
                 index += 1
     finally:
         policy.stop()
-        stop_spinning(executor, spinner, timeout=5.0)
         monitor.destroy_node()
         rclpy.shutdown(context=context)
     return 0
