@@ -11,7 +11,8 @@ Parameters:
   autostart             start acting without a call to ~/start
   privileged_poses      fill the observation's object poses from the world-frame transforms on /tf
                         (the twin's driver publishes its objects and fixtures there): for scripted
-                        experts and policies trained on privileged state, in front of the twin
+                        experts and policies trained on privileged state, in front of the twin;
+                        ~/start and ~/reset forget them until /tf gives them again
   max_observation_age_s, deadline_s, on_deadline_miss, ensemble_coefficient, replan_steps,
   max_action_age_s      override the policy config's `runtime` settings
 Set use_sim_time with the twin, so observation ages are measured on the twin's clock.
