@@ -193,12 +193,13 @@ def _out_of_reach(twin) -> str:
     return ""
 
 
-def run_episode(index: int, spec, task, config: dict, clock: float, context: Context,
-                monitor: Monitor, policy: PolicyProcess) -> tuple[dict, float]:
-    """One episode; its row and the twin's clock at its end. The episode's executor (its driver
-    and the soak's monitor) stops before the driver is destroyed: a driver callback a worker
-    thread had already taken would meet a destroyed node and end the spin, after which no
-    service answer would ever be read (an hour-long soak met it after 15 episodes)."""
+def run_episode(index: int, spec, task, config: dict, clock: float, monitor: Monitor, monitor_spin,
+                policy: PolicyProcess) -> tuple[dict, float]:
+    """One episode; its row and the twin's clock at its end. Its driver lives in a context (a
+    DDS participant) and executor of its own, ended with it, as eval's graph path does each
+    trial: destroying episode after episode's driver in the monitor's context first ended the
+    monitor's spin, then (each episode on its own executor) left its client without answers,
+    after 10 to 20 episodes of an hour-long soak."""
     wall0 = time.monotonic()
     drills = {d["what"] for d in config.get("inject", []) if int(d["episode"]) == index}
     values = spec.values
@@ -211,6 +212,8 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
               Parameter("cameras", value=config["cameras"] or [""]),
               Parameter("real_time_factor", value=float(config["real_time_factor"])),
               Parameter("tf_rate_hz", value=float(task.control_rate_hz))]
+    context = Context()
+    rclpy.init(context=context)
     driver = DriverNode(scene=scene, context=context, parameter_overrides=params)
     twin, lock = driver.hardware.twin, driver.driver.lock
     with lock:
@@ -218,12 +221,11 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
         task.start(twin)
         driver.loop.hold_here()
     executor = MultiThreadedExecutor(num_threads=3, context=context)
-    executor.add_node(monitor)
     executor.add_node(driver)
     spinner = spin_in_background(executor)
 
     def still_spinning() -> None:  # a fault of the soak's own, not an intervention of the policy's
-        if not spinner.is_alive():
+        if not monitor_spin.is_alive():
             raise RuntimeError("the soak's executor stopped spinning (its error is above): no service answer or "
                                "diagnostic can be read any more")
     row = {"episode": index, "seed": spec.seed, "perturbation": values, "policy_starts": policy.starts}
@@ -292,11 +294,12 @@ def run_episode(index: int, spec, task, config: dict, clock: float, context: Con
             row["commands_accepted"] = int(sum(stats.accepted.values()))
             row["commands_rejected"] = int(sum(stats.rejected.values()))
     finally:
-        if policy.exit_code() is None and spinner.is_alive():
+        if policy.exit_code() is None and monitor_spin.is_alive():
             monitor.call("stop", timeout=5.0)
         stop_spinning(executor, spinner, timeout=5.0)
         driver.close()
         driver.destroy_node()
+        rclpy.shutdown(context=context)
     row.update(success=bool(outcome.success) and intervention is None, stage=str(outcome.stage),
                margin=float(outcome.margin), sim_time_s=end - start, wall_s=time.monotonic() - wall0,
                outcome="intervention" if intervention else ("success" if outcome.success else "failure"))
@@ -319,7 +322,10 @@ def main(argv=None) -> int:
     planned: list = []
     context = Context()
     rclpy.init(context=context)
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
     monitor = Monitor(context)
+    executor.add_node(monitor)
+    spinner = spin_in_background(executor)
     policy = PolicyProcess(config, out / "policy_node.log")
     policy.start()
     stop = threading.Event()
@@ -339,8 +345,8 @@ def main(argv=None) -> int:
                 if index >= len(planned):
                     planned = plan_eval(config["policy"], task, index + PLAN_BLOCK, int(config["seed"]),
                                         envelope=config.get("envelope"))
-                row, clock = run_episode(index, planned[index].spec, task, config, clock, context,
-                                         monitor, policy)
+                row, clock = run_episode(index, planned[index].spec, task, config, clock, monitor, spinner,
+                                         policy)
                 row["wall_since_start_s"] = time.monotonic() - wall0
                 with open(out / "episodes.jsonl", "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -351,6 +357,7 @@ def main(argv=None) -> int:
                 index += 1
     finally:
         policy.stop()
+        stop_spinning(executor, spinner, timeout=5.0)
         monitor.destroy_node()
         rclpy.shutdown(context=context)
     return 0
