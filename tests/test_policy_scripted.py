@@ -122,3 +122,17 @@ def test_goto_drives_the_twin_in_process_through_the_runtime():
         loop.controller.command_positions("arm", command.joints["arm"], hardware.now)
         loop.run_until(hardware.now + 0.005)
     assert np.max(np.abs(loop.positions() - goal)) < 1e-3
+
+
+def test_a_scripted_uri_query_gives_the_params_and_a_config_overrides_them(tmp_path):
+    policy = load_policy("scripted:goto?goal={arm: [0, -0.5, 0, -2, 0, 1.6, 0.8]}&max_speed=0.25", DEFAULTS)
+    assert policy.goal.tolist() == [0, -0.5, 0, -2, 0, 1.6, 0.8] and policy.speed[0] == 0.25
+    config = tmp_path / "goto.yaml"
+    config.write_text("uri: scripted:goto?max_speed=0.25\nparams:\n  goal: {arm: [0, -0.5, 0, -2, 0, 1.6, 0.8]}\n"
+                      "  max_speed: 0.5\n")
+    assert load_policy(str(config), DEFAULTS).speed[0] == 0.5
+    # A key the policy does not take is refused by name, as in a config's params.
+    with pytest.raises(ConfigError, match="speed: expected one of the keys"):
+        load_policy("scripted:goto?goal={arm: [0, 0, 0, -2, 0, 1.6, 0.8]}&speed=1", DEFAULTS)
+    with pytest.raises(PolicyError, match="its query 'max_speed' is not KEY=VALUE pairs"):
+        load_policy("scripted:goto?max_speed", DEFAULTS)

@@ -63,6 +63,9 @@ def test_the_expert_with_the_rules_grasps_the_turned_block(refined, tmp_path):
     with_rules = worker.run(TrialSpec.of(str(config), TASK, turned, 3))
     assert not plain.success and plain.stage == "missed_grasp"
     assert with_rules.success
+    # The URI form, scripted:T?skills=SKILLS.yaml, loads the same rules.
+    with_uri = worker.run(TrialSpec.of(f"scripted:{TASK}?skills={refined.skills}", TASK, turned, 3))
+    assert with_uri.deterministic()[5:] == with_rules.deterministic()[5:]
     # Where no rule applies, the expert runs as it was.
     straight = {"block_yaw": 0.2, "block_x": 0.05}
     assert worker.run(TrialSpec.of(str(config), TASK, straight, 3)).deterministic()[5:] == \

@@ -63,7 +63,7 @@ def _skills_refine(args) -> int:
         print(f"rule: when {rule.when} use {rule.use} ({rule.found['validation']})")
     for entry in refined.dropped:
         print(f"dropped: cluster {entry['cluster']} ({entry['stage']}, {entry['conditions']}): {entry['why']}")
-    print(f"skills {out}: use it as scripted:{args.task} with params {{skills: {out}}}")
+    print(f"skills {out}: use it as scripted:{args.task}?skills={out} (or a policy config with params {{skills: ...}})")
     return 0
 
 

@@ -3,7 +3,7 @@
 Parameters:
   robot                 registered robot name (required): names the joints, groups and grippers
   policy                a policy URI (torch:PATH, torchscript:PATH, export:PATH, onnx:PATH, lerobot:DIR,
-                        openpi://HOST:PORT, scripted:NAME) or a policy config YAML (required)
+                        openpi://HOST:PORT, scripted:NAME[?KEY=VALUE&...]) or a policy config YAML (required)
   policy_params         a YAML mapping merged over the policy's params (e.g. "{goal: {arm: [...]}}")
   task                  task text for policies that take it
   command_rate_hz       rate of the published commands (chunks are interpolated to it)

@@ -1,7 +1,8 @@
 """Choosing a policy by URI or by a policy config file.
 
 URIs: torch:PATH, torchscript:PATH, export:PATH, onnx:PATH, lerobot:DIR,
-openpi://HOST:PORT, scripted:NAME. A path ending in .yaml / .yml is a policy config, and so is
+openpi://HOST:PORT, scripted:NAME[?KEY=VALUE&...] (the query gives the scripted policy's params, e.g.
+scripted:franka_block_in_bowl?skills=SKILLS.yaml). A path ending in .yaml / .yml is a policy config, and so is
 a folder that holds a policy.yaml (a checkpoint of `r2s2r train`):
 
     uri: scripted:goto           # any of the URIs; a relative PATH is relative to this file
@@ -17,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import parse_qsl
+
+import yaml
 
 from r2s2r import paths
 from r2s2r.config import ConfigError, Section, load_yaml
@@ -37,7 +41,8 @@ class PolicyConfig:
 
 
 def is_config_file(source: str) -> bool:
-    return source.endswith((".yaml", ".yml"))
+    """A .yaml path, not a URI that ends in one (scripted:T?skills=SKILLS.yaml)."""
+    return source.endswith((".yaml", ".yml")) and source.partition(":")[0] not in SCHEMES
 
 
 POLICY_FILE = "policy.yaml"  # a folder holding one is a policy source (a training run's checkpoint)
@@ -64,9 +69,27 @@ def split_uri(uri: str) -> tuple[str, str]:
     scheme, sep, rest = uri.partition(":")
     if not sep or scheme not in SCHEMES or not rest:
         raise PolicyError(f"policy {uri!r} is not a policy URI or config file; expected one of "
-                          + ", ".join(f"{s}:PATH" for s in FILE_SCHEMES) + ", openpi://HOST:PORT, scripted:NAME, "
+                          + ", ".join(f"{s}:PATH" for s in FILE_SCHEMES) + ", openpi://HOST:PORT, scripted:NAME[?KEY=VALUE&...], "
                           "or a .yaml policy config")
     return scheme, rest
+
+
+def split_query(uri: str, rest: str) -> tuple[str, dict]:
+    """A scripted URI's name and the params its query gives (`?a=1&b=x`; each value read as YAML)."""
+    name, sep, query = rest.partition("?")
+    if not sep:
+        return rest, {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise PolicyError(f"policy {uri!r}: its query {query!r} is not KEY=VALUE pairs joined by '&'") from None
+    params = {}
+    for key, text in pairs:
+        try:
+            params[key] = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            params[key] = text
+    return name, params
 
 
 def _resolve(rest: str, base_dir: Path | None) -> Path:
@@ -81,7 +104,10 @@ def load_policy(source: str | PolicyConfig, defaults: PolicyMetadata | None = No
     """Load a policy; `params` are merged over the config's (a node's parameter, a test)."""
     config = source if isinstance(source, PolicyConfig) else read_policy_config(source)
     scheme, rest = split_uri(config.uri)
-    merged = {**config.params, **(params or {})}
+    query: dict = {}
+    if scheme == "scripted":
+        rest, query = split_query(config.uri, rest)
+    merged = {**query, **config.params, **(params or {})}
     where = f"{config.source}: params" if config.source != config.uri else f"{config.uri} params"
     params_sec = Section(merged, where)
     if config.metadata is not None:
