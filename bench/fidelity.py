@@ -1,6 +1,6 @@
 """Does the twin's ranking of policies transfer to the proxy-real cells? `r2s2r fidelity` on each.
 
-For each shipped franka_block_in_bowl proxy cell, runs the fidelity study (real2sim.fidelity:
+For each shipped franka_block_in_bowl proxy cell, runs the fidelity study (loop.fidelity:
 record an excitation in the cell, fit the twin, run every policy in the fitted twin, the
 nominal twin and the cell through the ROS graph from the same initial conditions) on the six
 study policies (config/policies/block_in_bowl_study/) and prints, per cell: MMRV, Pearson and
@@ -25,7 +25,7 @@ from pathlib import Path
 from _ros import isolate_ros_domain
 
 from r2s2r import paths
-from r2s2r.real2sim.fidelity import FidelityConfig, run_study
+from r2s2r.loop.fidelity import FidelityConfig, run_study
 
 TASK = "franka_block_in_bowl"
 CELLS = ["block_in_bowl_worn", "block_in_bowl_stiff", "block_in_bowl_laggy"]

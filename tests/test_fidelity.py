@@ -15,7 +15,7 @@ from r2s2r.data.episode import load_episode
 from r2s2r.eval.runner import TrialResult
 from r2s2r.eval.tasks import load_task
 from r2s2r.policy.types import PolicyError
-from r2s2r.real2sim.fidelity import FidelityConfig, Study, compare, run_study
+from r2s2r.loop.fidelity import FidelityConfig, Study, compare, run_study
 from r2s2r.real2sim.proxy_cell import build_twin, load_cell
 
 TASK = "franka_block_in_bowl"
@@ -170,7 +170,7 @@ def test_a_tiny_study_runs_end_to_end_and_resumes(tmp_path, capsys):
 
 
 def test_policies_are_named_in_the_report_by_what_tells_them_apart(tmp_path):
-    from r2s2r.real2sim.fidelity import policy_label
+    from r2s2r.loop.fidelity import policy_label
     step = tmp_path / "run100" / "checkpoints" / "step_004000"
     step.mkdir(parents=True)
     assert policy_label(str(step)) == "run100/checkpoints/step_004000"

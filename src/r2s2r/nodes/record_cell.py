@@ -13,7 +13,7 @@ where a real cell's never does.
 
 The script is a JSON list of commands: {"time": s, "kind": "positions" | "gripper", "target":
 group or gripper, "values": [...]} (real2sim.proxy.ScriptCommand), times counted from when the
-recorder is subscribed plus `--settle` seconds. real2sim.fidelity records its excitation this way.
+recorder is subscribed plus `--settle` seconds. loop.fidelity records its excitation this way.
 
 Run as `python -m r2s2r.nodes.record_cell CELL SCRIPT.json OUT.mcap [--real-time-factor F]
 [--cameras a,b] [--settle S] [--tail S]`.

@@ -1,11 +1,10 @@
-"""`r2s2r record`, `r2s2r reconstruct`, `r2s2r align`, `r2s2r variants`, `r2s2r proxy` and `r2s2r fidelity`.
+"""`r2s2r record`, `r2s2r reconstruct`, `r2s2r align`, `r2s2r variants` and `r2s2r proxy`.
 
     r2s2r record --stack config/stacks/franka_fr3_sim.yaml --out episode.mcap [--cameras scene] [--duration 10]
     r2s2r reconstruct episode.mcap --extrinsics cams.yaml [--objects known.yaml] --out scene.yaml
     r2s2r align episode.mcap (--scene scene.yaml | --extrinsics cams.yaml) [--objects known.yaml]
                 [--fit] [--excitation other.mcap] [--workers 2 [--backend ray --address A]] --out report_dir
     r2s2r variants (SCENE.yaml | TASK) --out POOL_DIR [--factors geometry,pose_x,...] [--no-grasp]
-    r2s2r fidelity --cell CELL --task T --policies P1 P2 ... [--sim-trials 2000 --real-trials 100] --out DIR
 
 `align --fit` identifies the arm on `--excitation` (default the episode itself), then the
 tracked objects' mass and friction on the episode with the arm held, and writes into --out:
@@ -29,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from r2s2r.config import ConfigError, load_yaml
-from r2s2r.resumable import run_resumable
 
 
 def _stack_robot(stack_path: str) -> tuple[str, str, list[str]]:
@@ -251,32 +249,6 @@ def _proxy_list(args) -> int:
     return 0
 
 
-def _fidelity(args) -> int:
-    from r2s2r.real2sim.fidelity import FidelityConfig, run_study
-    factors = tuple(f for f in args.factors.split(",") if f) if args.factors else None
-    config = FidelityConfig(cell=args.cell, task=args.task, policies=tuple(args.policies), sim_trials=args.sim_trials,
-                            real_trials=args.real_trials, seed=args.seed, envelope=args.envelope, factors=factors,
-                            near_miss=args.near_miss, real_time_factor=args.real_time_factor,
-                            excitation_s=args.excitation_s)
-    from r2s2r.eval.graph import GraphError
-    from r2s2r.eval.runner import TrialError
-    from r2s2r.eval.store import StoreError
-    from r2s2r.policy.types import PolicyError
-    study, code = run_resumable(  # the errors are the user's to fix: what, not where
-        "fidelity", lambda: run_study(config, args.out, workers=args.workers, progress=not args.no_progress),
-        (PolicyError, StoreError, TrialError, GraphError),
-        lambda: f"what was recorded, fitted and run is kept in {args.out}: rerun the same command to resume")
-    if study is None:
-        return code
-    for side in ("fitted", "nominal"):
-        a = study.agreement[side]
-        print(f"{side:8s} twin: MMRV {a['mmrv']:.3f}, Pearson {a['pearson']:.3f}, Spearman {a['spearman']:.3f}, "
-              f"stage distance {study.stage_distance[side]['all policies']:.3f}, same outcome from the same start "
-              f"{study.paired[side]['rate']:.0%}")
-    print(f"report {Path(args.out) / 'fidelity.html'}")
-    return 0
-
-
 def add_real2sim_parsers(sub) -> None:
     """Register `record`, `reconstruct`, `align`, `variants` and `proxy` on the r2s2r command's subparsers."""
     record = sub.add_parser("record", help="record a robot's episode into an MCAP ROS 2 bag")
@@ -327,25 +299,6 @@ def add_real2sim_parsers(sub) -> None:
     up.set_defaults(func=_proxy_up)
     ls = pxs.add_parser("list", help="the shipped proxy cells")
     ls.set_defaults(func=_proxy_list)
-
-    fi = sub.add_parser("fidelity", help="does the twin's ranking of policies transfer to a proxy-real cell?")
-    fi.add_argument("--cell", required=True, help="a proxy cell YAML, or the name of one in config/proxy_cells/")
-    fi.add_argument("--task", required=True, help="the task the policies do (the cell's)")
-    fi.add_argument("--policies", nargs="+", required=True, help="policy URIs or policy config YAMLs (two or more)")
-    fi.add_argument("--sim-trials", type=int, default=2000, help="trials per policy in each twin (default 2000)")
-    fi.add_argument("--real-trials", type=int, default=100,
-                    help="trials per policy in the cell, through the ROS graph (default 100)")
-    fi.add_argument("--out", required=True, help="the study's folder (resumed when it exists)")
-    fi.add_argument("--workers", type=int, default=1, help="processes for the twins' trials and the fit")
-    fi.add_argument("--seed", type=int, default=0, help="draws the initial conditions")
-    fi.add_argument("--envelope", default=None, help="one of the task's perturbation envelopes")
-    fi.add_argument("--factors", default=None,
-                    help="comma-separated factors to draw (default: the initial-condition factors)")
-    fi.add_argument("--near-miss", type=float, default=0.01, help="|margin| of a near-miss (default 0.01)")
-    fi.add_argument("--real-time-factor", type=float, default=1.0, help="the cell's pace (a real cell: 1)")
-    fi.add_argument("--excitation-s", type=float, default=3.0, help="seconds of excitation to fit on")
-    fi.add_argument("--no-progress", action="store_true", help="no progress bars")
-    fi.set_defaults(func=_fidelity)
 
 
 __all__ = ["add_real2sim_parsers"]
