@@ -13,7 +13,6 @@ Usage: python bench/camera_ingest.py [--cameras 4] [--width 640] [--height 480] 
 
 import argparse
 import os
-import platform
 import signal
 import struct
 import subprocess
@@ -27,6 +26,7 @@ import cv2
 import numpy as np
 import yaml
 
+from _machine import machine_line
 from _ros import REPO, isolate_ros_domain
 
 ALOHA = ("cam_high", "cam_low", "cam_left_wrist", "cam_right_wrist")
@@ -147,7 +147,7 @@ def main() -> None:
 
     duration = wall1 - wall0
     cpu = (cpu1 - cpu0) / duration * 100
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}")
+    print(machine_line())
     print(f"{args.cameras} x {args.width}x{args.height} MJPEG files at {args.rate:g} Hz in one camera_node, "
           f"{duration:.1f} s measured, subscriber {'reading raw CDR' if args.raw else 'deserialising'}")
     print(f"{'camera':16s} {'sent fps':>9s} {'got fps':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'dropped':>8s}")

@@ -22,11 +22,10 @@ Usage: python bench/closed_loop.py [--seeds 0,1,2] [--start-demos 50] [--rounds 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from pathlib import Path
 
+from _machine import machine_line
 from r2s2r.data.collect import CollectOptions, collect
 from r2s2r.eval.runner import TrialPool
 from r2s2r.eval.stats import mcnemar_exact, wilson
@@ -71,8 +70,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}")
+    print(machine_line())
     pooled: dict = {}
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
         clock = time.perf_counter()

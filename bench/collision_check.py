@@ -9,12 +9,11 @@ Usage: python bench/collision_check.py [--poses N] [--cycles N]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 
 import numpy as np
 
+from _machine import machine_line
 from r2s2r.hardware.loop import ControlLoop
 from r2s2r.hardware.sim import SimHardware
 from r2s2r.robots import registry
@@ -66,9 +65,7 @@ def main() -> None:
     parser.add_argument("--poses", type=int, default=2000)
     parser.add_argument("--cycles", type=int, default=4000)
     args = parser.parse_args()
-    load = os.getloadavg()[0]
-    print(f"# collision check, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load average {load:.2f}")
+    print(f"# collision check, {machine_line()}")
     print("| robot | one pose check (us) | cycle while moving, checked (us) | unchecked (us) | moving share |")
     print("|---|---|---|---|---|")
     for name in sorted(registry()):

@@ -8,7 +8,6 @@ Usage: python bench/driver_loop.py [--seconds S]
 """
 
 import argparse
-import platform
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from _machine import machine_line
 from _ros import REPO, isolate_ros_domain
 
 sys.path.insert(0, str(REPO))
@@ -87,7 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     isolate_ros_domain()
     update, safety = command_path_cost()
-    print(f"machine: {platform.machine()}, python {platform.python_version()}")
+    print(machine_line())
     print(f"command path per cycle: controller {update:.1f} us, safety filter {safety:.1f} us")
     print(f"{'backend':8s} {'rate':>7s} {'period p50':>11s} {'p99':>9s} {'max':>9s}  (microseconds)")
     for robot, backend, peer in (("aloha", "aloha", aloha_peer), ("xarm7", "xarm", xarm_peer)):

@@ -25,13 +25,12 @@ Usage: python bench/eval_throughput.py [--trials N] [--campaign-trials N] [--con
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import tempfile
 import time
 
 import numpy as np
 
+from _machine import machine_line
 from r2s2r.eval.runner import TrialSpec, TrialWorker, plan_eval, run_trials
 from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
@@ -110,7 +109,7 @@ def main() -> None:
     planned = plan_eval(POLICY, task, args.trials, args.seed, factors, control_rate_hz=args.control_rate)
     specs = [p.spec for p in planned]
     rate = args.control_rate or robot_control_rate(task)
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.trials} trials of {TASK}, "
+    print(f"{machine_line()}; {args.trials} trials of {TASK}, "
           f"expert policy, factors {', '.join(factors)}; control loop at {rate:g} Hz")
 
     worker = TrialWorker()

@@ -17,11 +17,10 @@ Usage: python bench/fidelity.py [--sim-trials 100] [--real-trials 10] [--workers
 """
 
 import argparse
-import os
-import platform
 import time
 from pathlib import Path
 
+from _machine import machine_line
 from _ros import isolate_ros_domain
 
 from r2s2r import paths
@@ -51,7 +50,7 @@ def main() -> None:
                 for p in args.policies]
     print(f"# fidelity: {len(args.cells)} cells x {len(policies)} policies; {args.sim_trials} twin trials and "
           f"{args.real_trials} cell trials per policy (rtf {args.real_time_factor:g}), envelope {args.envelope}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+          f"{machine_line()}")
     rows = []
     for cell in args.cells:
         t0 = time.monotonic()

@@ -15,14 +15,13 @@ Usage: python bench/fit_recovery.py [--recordings 10] [--workers 2] [--starts 3]
 """
 
 import argparse
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from _machine import machine_line
 from r2s2r.data.episode import load_episode
 from r2s2r.real2sim.proxy import Hidden, ProxyCell, excitation_script
 from r2s2r.real2sim.proxy_cell import load_cell
@@ -49,7 +48,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=3)
     parser.add_argument("--cells", nargs="+", default=list(CELLS) + FILE_CELLS, choices=list(CELLS) + FILE_CELLS)
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}, {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
+    print(machine_line())
     with tempfile.TemporaryDirectory() as tmp:
         for cell_name in args.cells:
             if cell_name in CELLS:

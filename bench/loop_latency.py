@@ -10,7 +10,6 @@ Usage: python bench/loop_latency.py [--samples N]
 """
 
 import argparse
-import platform
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import time
 
 import numpy as np
 
+from _machine import machine_line
 from _ros import driver_stack, isolate_ros_domain
 
 THRESHOLD_RAD = 1e-6
@@ -72,7 +72,7 @@ def main() -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(15)
     lat = np.array(latencies)
-    print(f"machine: {platform.machine()}, python {platform.python_version()}")
+    print(machine_line())
     print(f"command -> joint_states response over DDS, {len(lat)} of {args.samples} commands answered")
     print(f"p50 {np.percentile(lat, 50):.2f} ms   p99 {np.percentile(lat, 99):.2f} ms   max {lat.max():.2f} ms")
 

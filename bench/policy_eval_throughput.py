@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from _machine import machine_line
 from r2s2r import paths
 from r2s2r.eval.runner import TIMING, TrialSpec, TrialWorker, sample_perturbations
 from r2s2r.eval.tasks import load_task
@@ -108,9 +108,7 @@ def main() -> int:
         policy, parameters = write_policy(folder, task)
         points = sample_perturbations(task.perturbations, args.trials, seed=0)
         specs = [TrialSpec.of(policy, task_path, p, seed=i) for i, p in enumerate(points)]
-        load = os.getloadavg()[0]
-        print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load:.2f}; "
-              f"python {sys.version.split()[0]}")
+        print(machine_line())
         print(f"{args.trials} trials of {TASK} ({args.seconds:g} s each, {task.control_rate_hz:g} Hz policy ticks), "
               f"ConvPolicy {parameters / 1e6:.1f} M parameters, one {IMAGE[0]}x{IMAGE[1]} image from a "
               f"320x240 camera, chunk {CHUNK} (inference every tick); one worker, one torch thread")

@@ -2,7 +2,7 @@
 
 1. Observation-to-command latency over DDS (p50 / p99): this script plays the robot, publishing
    `joint_states` at 100 Hz (and a 320x240 camera at 30 Hz), while policy_node runs in its own
-   process and publishes `arm_position_controller/commands` at 100 Hz. The policy echoes the
+   process and publishes `arm_streaming_controller/commands` at 100 Hz. The policy echoes the
    observed arm position, so each command names the joint state it came from: the figure runs
    from publishing that joint state to receiving the first command computed from it, and so
    includes DDS both ways, observation assembly, waiting for the next inference slot, the
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+from _machine import machine_line
 from _ros import isolate_ros_domain
 from r2s2r.config import Section
-from r2s2r.policy import ActionChunk, ActionSpace, Observation, ObservationSpace, PolicyMetadata, scripted_policy
+from r2s2r.policy import ActionChunk, ActionSpace, Observation, ObservationSpace, PolicyMetadata
 
 BENCH = Path(__file__).resolve().parent
 CNN = {"channels": (32, 64, 128, 256, 512), "hidden": 1920}  # 10.1 M parameters with one camera
@@ -73,8 +73,7 @@ class EchoPolicy:
                                       observation.stamp, self.metadata.dt)
 
 
-@scripted_policy("bench_echo")
-def make_echo(params: Section, defaults: PolicyMetadata | None) -> EchoPolicy:
+def bench_echo(params: Section, defaults: PolicyMetadata | None) -> EchoPolicy:
     cnn = params.boolean("cnn", False)
     cameras = {"scene": IMAGE} if cnn else {}
     space = defaults.action
@@ -118,7 +117,7 @@ def dds_latency(cnn: bool, seconds: float) -> np.ndarray:
             if seq in published and seq not in seen:
                 seen.add(seq)
                 latencies.append(arrived - published[seq])
-    node.create_subscription(Float64MultiArray, Topics.position_commands("arm"), on_command, qos.COMMAND)
+    node.create_subscription(Float64MultiArray, Topics.streaming_commands("arm"), on_command, qos.COMMAND)
     states = node.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
     images = node.create_publisher(Image, Topics.camera_image("scene"), qos.SENSOR)
     frame = np.random.default_rng(0).integers(0, 256, (240, 320, 3), dtype=np.uint8)
@@ -217,7 +216,7 @@ def main() -> None:
     import torch
     from r2s2r.policy.models import ConvPolicy
 
-    print(f"policy loop on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+    print(f"policy loop; {machine_line()}; "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
     cnn = cnn_model(1)
     print(f"CNN: {sum(p.numel() for p in cnn.parameters()) / 1e6:.1f} M parameters, one {IMAGE[0]}x{IMAGE[1]} camera")

@@ -13,11 +13,11 @@ Usage: python bench/replay.py [--duration 3.0] [--workers 1 2]
 """
 
 import argparse
-import platform
 import tempfile
 import time
 from pathlib import Path
 
+from _machine import machine_line
 from r2s2r.data.episode import load_episode
 from r2s2r.real2sim.proxy import Hidden, ProxyCell, excitation_script, grasp_lift_script
 from r2s2r.real2sim.replay import ReplayTwin, replay, setpoints
@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     scene = load_scene("config/real2sim/proxy_cell.yaml")
     robot = get_robot(scene.robot)
-    print(f"{platform.processor() or platform.machine()}, {platform.python_version()}")
+    print(machine_line())
     with tempfile.TemporaryDirectory() as tmp:
         cell = ProxyCell(scene, Hidden(values=HIDDEN))
         excitation = Path(tmp) / "excitation.mcap"

@@ -29,14 +29,13 @@ store keeps every trial, so an interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import argparse
-import os
 from collections import Counter
-import platform
 import time
 
 import numpy as np
 from scipy import stats
 
+from _machine import machine_line
 from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
 from r2s2r.search.campaign import SearchSpace, run_search
@@ -75,7 +74,7 @@ def main() -> None:
         parser.error(f"unknown sampler(s) {', '.join(sorted(asked - set(SAMPLERS)))}; "
                      f"expected some of {', '.join(SAMPLERS)}")
     samplers = [s for s in SAMPLERS if s == "uniform" or s in asked]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {args.workers} workers; {TASK}, "
+    print(f"{machine_line()}; {args.workers} workers; {TASK}, "
           f"expert policy; budget {args.budget} per sampler and seed; seeds {seeds}; {space.dim} factors"
           + (f" within envelope {envelope}" if envelope else ""))
     failures = {s: [] for s in samplers}

@@ -14,13 +14,12 @@ Usage: python bench/skills_refine.py [--budget 300] [--trials-per-variant 20] [-
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from pathlib import Path
 
 import yaml
 
+from _machine import machine_line
 from r2s2r.eval.runner import plan_eval, run_trials
 from r2s2r.eval.stats import mcnemar_exact, wilson
 from r2s2r.eval.store import TrialStore
@@ -42,8 +41,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}")
+    print(machine_line())
     clock = time.perf_counter()
     refined = refine_skills(RefineConfig(task=TASK, budget=args.budget, trials_per_variant=args.trials_per_variant,
                                          validation_trials=args.validation_trials), out / "refine", args.workers)

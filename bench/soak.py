@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 from pathlib import Path
 
+from _machine import machine_line
 from r2s2r.loop.soak import SoakConfig, parse_duration, run_soak, summary
 
 TASK = "franka_block_in_bowl"
@@ -51,8 +51,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 200))
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}; {len(args.policy)} soak(s) of {args.duration}, envelope {args.envelope}, "
+    print(f"{machine_line()}; {len(args.policy)} soak(s) of {args.duration}, envelope {args.envelope}, "
           f"ROS domain {os.environ['ROS_DOMAIN_ID']}", flush=True)
     duration = parse_duration(args.duration)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from _machine import machine_line
 from _ros import REPO, isolate_ros_domain
 
 STARTED = re.compile(r"\[r2s2r up\] started (\S+) \(\S+\), pid (\d+)")
@@ -119,7 +119,7 @@ def main() -> int:
         parser.error("--duration must cover --warmup-s and --window-s")
     domain = isolate_ros_domain()
     os.environ.setdefault("MUJOCO_GL", "egl")
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+    print(f"{machine_line()}; "
           f"ROS domain {domain}; {args.duration:g} s, cameras at {args.camera_rate:g} Hz, "
           f"recording {'images too' if args.record_cameras else 'no images'}", flush=True)
     with tempfile.TemporaryDirectory(prefix="r2s2r-endurance-") as tmp:

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
+from _machine import machine_line
 from r2s2r.data.collect import CollectOptions, collect
 from r2s2r.data.stills import StillsOptions, render_stills
 from r2s2r.eval.runner import TrialPool, plan_eval, run_trials
@@ -81,7 +80,7 @@ def main() -> int:
     width, height = (int(v) for v in args.image_size.split("x"))
     record_size = tuple(int(v) for v in args.record_size.split("x"))
     cameras = tuple(c.strip() for c in args.cameras.split(",") if c.strip())
-    print(f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; {TASK} in its {ENVELOPE} "
+    print(f"{machine_line()}; {TASK} in its {ENVELOPE} "
           f"envelope; {args.trials} held-out trials (seed {EVAL_SEED})", flush=True)
     rows = []
     with TrialStore(out / "trials.sqlite") as store, TrialPool(args.workers) as pool:

@@ -13,12 +13,12 @@ others with all their default cameras (ALOHA: four 320x240 at 30 Hz). Target: >=
 """
 
 import argparse
-import platform
 import signal
 import subprocess
 import sys
 import time
 
+from _machine import machine_line
 from _ros import driver_stack, isolate_ros_domain
 
 
@@ -63,7 +63,7 @@ def main() -> None:
     isolate_ros_domain()
     from r2s2r.robots import get_robot, robot_names
     robots = args.robot or robot_names()
-    print(f"machine: {platform.machine()}, {__import__('os').cpu_count()} cores, python {platform.python_version()}")
+    print(machine_line())
     print(f"{'robot':14s} {'cameras @30 Hz':>52s} {'paced RTF':>10s} {'frames/sim-s':>13s} "
           f"{'joint_states/sim-s':>19s} {'unpaced RTF':>12s}")
     for robot in robots:

@@ -5,11 +5,11 @@ Target: ratio >= 0.9.  Usage: python bench/twin_step.py [--steps N] [--scene FIL
 """
 
 import argparse
-import platform
 import time
 
 import mujoco
 
+from _machine import machine_line
 from r2s2r.sim.scene import load_scene
 from r2s2r.sim.twin import Twin, build_scene_spec
 
@@ -47,7 +47,7 @@ def main() -> None:
             twin.step()
 
     bare_rate, core_rate = best_rates([bare, core], args.steps)
-    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
+    print(f"{machine_line()}, "
           f"mujoco {mujoco.__version__}")
     print(f"scene: {args.scene} ({model.nbody} bodies, {model.nv} dofs, timestep {model.opt.timestep * 1e3:g} ms)")
     print(f"bare mj_step:          {bare_rate:10.0f} steps/s")
