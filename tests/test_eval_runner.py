@@ -295,6 +295,9 @@ def test_eval_draws_within_a_named_envelope(tmp_path, capsys):
     for name, (low, high) in envelope.items():
         values = [p.spec.values[name] for p in planned]
         assert low <= min(values) and max(values) <= high, name
+    # A later block of the same campaign is the tail of the whole plan (a soak plans block by block).
+    tail = plan_eval(HOLD, task, 40, seed=3, envelope="operating", first=25)
+    assert [(p.index, p.spec) for p in tail] == [(p.index, p.spec) for p in planned[25:]]
     wide = plan_eval(HOLD, task, 40, seed=3)
     assert any(not low <= p.spec.values["block_x"] <= high for p in wide for low, high in [envelope["block_x"]])
     assert main(["eval", "--task", "franka_block_in_bowl", "--policy", HOLD, "--trials", "2", "--envelope", "nope",

@@ -765,15 +765,15 @@ def progress_bar(total: int, label: str, enabled: bool = True, unit: str = "tria
 
 # -- campaigns of random perturbations (`r2s2r eval`) -------------------------------------------------------
 def sample_perturbations(space, count: int, seed: int, factors: Sequence[str] | None = None,
-                         nominal: bool = False) -> list[dict[str, float]]:
-    """`count` points of a perturbation space, trial i drawn uniformly from its own generator
-    (seed, i), so a longer campaign extends a shorter one. `factors` limits what varies (the
-    rest stay nominal); `nominal` varies nothing."""
+                         nominal: bool = False, first: int = 0) -> list[dict[str, float]]:
+    """Points `first` to `count - 1` of a perturbation space, trial i drawn uniformly from its own
+    generator (seed, i), so a longer campaign extends a shorter one. `factors` limits what varies
+    (the rest stay nominal); `nominal` varies nothing."""
     names = list(space.names) if factors is None else list(factors)
     for name in names:
         space.factor(name)  # raises, naming the known factors
     points = []
-    for i in range(count):
+    for i in range(first, count):
         if nominal or not names:
             points.append({})
             continue
@@ -785,15 +785,15 @@ def sample_perturbations(space, count: int, seed: int, factors: Sequence[str] | 
 
 def plan_eval(policy: str, task, count: int, seed: int = 0, factors: Sequence[str] | None = None,
               nominal: bool = False, control_rate_hz: float | None = None,
-              task_ref: str | None = None, envelope: str | None = None) -> list[Planned]:
-    """The trials of an evaluation campaign: perturbation and seed of trial i from (seed, i);
-    within one of the space's named `envelope`s (narrower ranges) if given."""
+              task_ref: str | None = None, envelope: str | None = None, first: int = 0) -> list[Planned]:
+    """Trials `first` to `count - 1` of an evaluation campaign: perturbation and seed of trial i
+    from (seed, i); within one of the space's named `envelope`s (narrower ranges) if given."""
     space = task.perturbations.within(envelope) if envelope else task.perturbations
-    points = sample_perturbations(space, count, seed, factors, nominal)
+    points = sample_perturbations(space, count, seed, factors, nominal, first)
     ref = task_ref or task.name
     phase = "nominal" if nominal else "uniform"
     return [Planned(i, TrialSpec.of(policy, ref, p, trial_seed(seed, i), control_rate_hz), phase)
-            for i, p in enumerate(points)]
+            for i, p in enumerate(points, start=first)]
 
 
 __all__ = ["TrialSpec", "TrialResult", "TrialWorker", "TrialObserver", "RecordingObserver", "TrialError", "Planned", "TrialPool",

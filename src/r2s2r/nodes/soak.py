@@ -197,9 +197,7 @@ def run_episode(index: int, spec, task, config: dict, clock: float, monitor: Mon
                 policy: PolicyProcess) -> tuple[dict, float]:
     """One episode; its row and the twin's clock at its end. Its driver lives in a context (a
     DDS participant) and executor of its own, ended with it, as eval's graph path does each
-    trial: destroying episode after episode's driver in the monitor's context first ended the
-    monitor's spin, then (each episode on its own executor) left its client without answers,
-    after 10 to 20 episodes of an hour-long soak."""
+    trial: drivers destroyed in the monitor's context take the monitor's answers with them."""
     wall0 = time.monotonic()
     drills = {d["what"] for d in config.get("inject", []) if int(d["episode"]) == index}
     values = spec.values
@@ -319,7 +317,7 @@ def main(argv=None) -> int:
     prompt_gil_handover()  # the driver's control loop shares this process with a busy executor
     task = load_task(config["task"])
     config["robot"], config["control_rate_hz"] = task.robot, task.control_rate_hz
-    planned: list = []
+    planned: dict = {}
     context = Context()
     rclpy.init(context=context)
     executor = MultiThreadedExecutor(num_threads=2, context=context)
@@ -342,9 +340,10 @@ def main(argv=None) -> int:
             while not stop.is_set() and time.monotonic() - wall0 < float(config["duration_s"]):
                 if config.get("episodes") and index >= int(config["episodes"]):
                     break
-                if index >= len(planned):
-                    planned = plan_eval(config["policy"], task, index + PLAN_BLOCK, int(config["seed"]),
-                                        envelope=config.get("envelope"))
+                if index not in planned:
+                    planned = {p.index: p for p in plan_eval(config["policy"], task, index + PLAN_BLOCK,
+                                                             int(config["seed"]), envelope=config.get("envelope"),
+                                                             first=index)}
                 row, clock = run_episode(index, planned[index].spec, task, config, clock, monitor, spinner,
                                          policy)
                 row["wall_since_start_s"] = time.monotonic() - wall0
