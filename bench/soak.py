@@ -32,6 +32,9 @@ def _report(policy: str, soak) -> None:
     if rate:
         print(f"success {s['successes']}/{s['episodes']} = {rate['rate']:.1%} [{rate['low']:.1%}, {rate['high']:.1%}]; "
               f"failures {s['failures']}")
+    c = s["commands"]
+    print(f"commands refused by the driver's checks: {c['rejected']} of {c['accepted'] + c['rejected']}, "
+          f"in {c['episodes_with_rejections']} episodes")
     print(f"interventions {len(s['interventions'])}: "
           + (", ".join(f"{k} {v}" for k, v in s["interventions_by_cause"].items()) or "none"))
     for i in s["interventions"]:

@@ -43,6 +43,10 @@ def test_a_soak_counts_drilled_interventions_and_goes_on(tmp_path):
     assert summary["episodes"] == 4 and len(summary["interventions"]) == 2
     assert summary["interventions_by_cause"] == {"object out of reach": 1, "node died": 1}
     assert summary["interventions"][0]["at_s"] < summary["interventions"][1]["at_s"]
+    rejected = [e["commands_rejected"] for e in episodes if "commands_rejected" in e]
+    assert summary["commands"]["rejected"] == sum(rejected)
+    assert summary["commands"]["episodes_with_rejections"] == sum(1 for r in rejected if r)
+    assert summary["commands"]["accepted"] >= episodes[0]["commands_accepted"] + episodes[3]["commands_accepted"]
     memory = summary["memory"]
     assert set(memory) == {"driver_node + judge", "policy_node"}
     assert memory["policy_node"]["processes"] == 2, memory  # the killed one and its replacement, each sampled

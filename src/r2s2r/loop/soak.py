@@ -196,8 +196,12 @@ def summary(soak: Soak) -> dict:
     causes: dict[str, int] = {}
     for i in soak.interventions:
         causes[i["cause"]] = causes.get(i["cause"], 0) + 1
+    # Commands the driver's checks refused (limits, the fingers' clearance): the arm held still for them.
+    rejected = [e.get("commands_rejected", 0) for e in soak.episodes]
     return {"config": asdict(soak.config), "wall_s": soak.wall_s, "episodes": n, "successes": soak.successes,
             "failures": sum(1 for e in soak.episodes if e["outcome"] == "failure"),
+            "commands": {"accepted": sum(e.get("commands_accepted", 0) for e in soak.episodes),
+                         "rejected": sum(rejected), "episodes_with_rejections": sum(1 for r in rejected if r)},
             "success_rate": None if rate is None else {"rate": rate.rate, "low": rate.low, "high": rate.high},
             "interventions": soak.interventions, "interventions_by_cause": causes, "memory": soak.memory(),
             "error": soak.error}
@@ -220,8 +224,11 @@ def write_soak_report(soak: Soak) -> Path:
              + (f"; drills {', '.join(d['what'] + '@' + str(d['episode']) for d in cfg.inject)}" if cfg.inject else "")
              + "</p>",
              (f"<p><b>{_esc(soak.error.splitlines()[0])}</b></p><pre>{_esc(soak.error)}</pre>" if soak.error else ""),
-             _table(["episodes", "successes [95 % CI]", "failures", "interventions"],
-                    [[s["episodes"], rate_text, s["failures"], len(s["interventions"])]]),
+             _table(["episodes", "successes [95 % CI]", "failures", "interventions",
+                     "commands refused by the driver (episodes)"],
+                    [[s["episodes"], rate_text, s["failures"], len(s["interventions"]),
+                      f"{s['commands']['rejected']} of {s['commands']['accepted'] + s['commands']['rejected']} "
+                      f"({s['commands']['episodes_with_rejections']})"]]),
              "<h2>Interventions</h2>",
              _table(["episode", "minutes into the soak", "cause", "what happened"],
                     [[i["episode"], f"{i['at_s'] / 60:.2f}", i["cause"], i["detail"]] for i in s["interventions"]])
