@@ -41,7 +41,8 @@ def _report(policy: str, soak) -> None:
         print(f"  episode {i['episode']} at {i['at_s'] / 60:.1f} min: {i['cause']}: {i['detail']}")
     for node, m in s["memory"].items():
         print(f"{node}: {m['first_mb']:.0f} -> {m['last_mb']:.0f} MB (max {m['max_mb']:.0f}), "
-              f"{m['growth_mb_per_h']:+.1f} MB/h after the first minute; CPU {m['cpu_percent_mean']:.0f} % of a core")
+              f"{m['growth_mb_per_h']:+.1f} MB/h after the first minute, {m['growth_mb_per_h_second_half']:+.1f} "
+              f"MB/h over the second half; CPU {m['cpu_percent_mean']:.0f} % of a core")
 
 
 def main() -> int:

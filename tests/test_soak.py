@@ -4,6 +4,8 @@ policy node) are counted with their cause, the soak goes on after each (the node
 its episodes are the in-process runner's trials, and every node's memory is sampled."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -51,7 +53,7 @@ def test_a_soak_counts_drilled_interventions_and_goes_on(tmp_path):
     assert set(memory) == {"driver_node + judge", "policy_node"}
     assert memory["policy_node"]["processes"] == 2, memory  # the killed one and its replacement, each sampled
     assert all(m["samples"] >= 2 and m["last_mb"] > 10 and np.isfinite(m["growth_mb_per_h"])
-               for m in memory.values()), memory
+               and np.isfinite(m["growth_mb_per_h_second_half"]) for m in memory.values()), memory
     page = (tmp_path / "soak" / "soak.html").read_text()
     assert "object out of reach" in page and "node died" in page and "policy_node" in page
 
@@ -86,3 +88,30 @@ def test_a_twin_reset_onto_a_later_clock_and_its_fixtures_and_drills():
     assert task.logic.object_poses(twin).keys() == {"block", "bowl"}
     twin.displace_object("block", (0.5, 2.0, 0.3))
     assert np.allclose(twin.object_poses()["block"][0], (0.5, 2.0, 0.3))
+
+
+TRIM_PROBE = """
+import ctypes, os
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+page = os.sysconf("SC_PAGE_SIZE")
+def resident_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * page / 2**20
+blocks = [libc.malloc(64 << 10) for _ in range(512)]  # 32 MiB from the arena, below the mmap threshold
+for b in blocks:
+    ctypes.memset(b, 1, 64 << 10)
+for b in blocks[:-1]:
+    libc.free(b)  # the last block, still in use, keeps the heap's top: nothing is trimmed on free
+held = resident_mb()
+from r2s2r.processes import trim_heap
+print(trim_heap(), held - resident_mb())
+"""
+
+
+def test_between_episodes_the_soak_gives_freed_heap_pages_back():
+    """What a torn-down driver leaves in glibc's arenas is no leak, and the soak's memory figures
+    must not read it as one: trim_heap hands the free pages back."""
+    result = subprocess.run([sys.executable, "-c", TRIM_PROBE], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    trimmed, returned_mb = result.stdout.split()
+    assert trimmed == "True" and float(returned_mb) > 24, result.stdout

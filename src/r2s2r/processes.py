@@ -1,5 +1,5 @@
 """What every long-running r2s2r process does at start (leave with its parent, say where it
-is stuck when asked; the recorder also gives large freed blocks back to the system), how a
+is stuck when asked; the recorder and the soak also give freed memory back to the system), how a
 parent signals the processes it started, and how a command that writes a folder keeps a second
 one out. No ROS here: the stack runner and the nodes both use it."""
 
@@ -62,6 +62,21 @@ def return_large_blocks_to_the_os(threshold: int = MMAP_THRESHOLD) -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(_M_MMAP_THRESHOLD, int(threshold)) == 1
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (glibc's malloc_trim; returns whether any
+    were). A process that builds and tears down a large object over and over (the soak, a twin
+    driver per episode) otherwise keeps the freed pages scattered through its arenas, and its
+    resident memory reads as growth that is no object of its own."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except AttributeError:  # not glibc
+        return False
+    malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return malloc_trim(0) == 1
 
 
 def signal_group(pid: int, sig: int) -> None:

@@ -55,6 +55,7 @@ from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.eval_graph import STALL_S, Judge
 from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
+from r2s2r.processes import trim_heap
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
 DRILL_AT_S = 1.0  # sim seconds into an episode that a drill strikes
@@ -346,6 +347,7 @@ def main(argv=None) -> int:
                                                              first=index)}
                 row, clock = run_episode(index, planned[index].spec, task, config, clock, monitor, spinner,
                                          policy)
+                trim_heap()  # the episode's driver is gone: its pages go back, so memory growth reads leaks
                 row["wall_since_start_s"] = time.monotonic() - wall0
                 with open(out / "episodes.jsonl", "a") as f:
                     f.write(json.dumps(row) + "\n")
