@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from _machine import machine_line
+from _ros import isolate_ros_domain
 from r2s2r.loop.soak import SoakConfig, parse_duration, run_soak, summary
 
 TASK = "franka_block_in_bowl"
@@ -53,10 +54,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench_output/soak")
     args = parser.parse_args()
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    os.environ.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 200))
+    domain = isolate_ros_domain()
     print(f"{machine_line()}; {len(args.policy)} soak(s) of {args.duration}, envelope {args.envelope}, "
-          f"ROS domain {os.environ['ROS_DOMAIN_ID']}", flush=True)
+          f"ROS domain {domain}", flush=True)
     duration = parse_duration(args.duration)
 
     for i, policy in enumerate(args.policy):
