@@ -192,10 +192,7 @@ def test_nothing_listening_fails_at_load():
 
 def test_policy_node_holds_when_its_server_dies(server):
     """policy_node in this process over ROS: it follows the server, then holds once the server dies."""
-    import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.context import Context
-    from rclpy.executors import MultiThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import JointState
@@ -203,7 +200,7 @@ def test_policy_node_holds_when_its_server_dies(server):
 
     from r2s2r.contract import Topics, qos
     from r2s2r.nodes.policy_node import PolicyNode
-    from r2s2r.nodes.runtime import spin_in_background, stop_spinning
+    from r2s2r.nodes.runtime import PrivateGraph
 
     fr3 = get_robot("franka_fr3")
     target = fr3.home_positions + 0.05
@@ -211,36 +208,32 @@ def test_policy_node_holds_when_its_server_dies(server):
     alive.set()
     s = server(lambda i, obs: reference.packb({"actions": np.tile([*target, 0.03], (10, 1))})
                if alive.is_set() else "die")
-    context = Context()
-    rclpy.init(context=context)
-    node = PolicyNode(context=context, parameter_overrides=[
-        Parameter("robot", value="franka_fr3"), Parameter("policy", value=s.uri), Parameter("autostart", value=True),
-        Parameter("command_rate_hz", value=50.0), Parameter("replan_steps", value=2)])
-    peer = Node("policy_test_peer", context=context)
-    commands, diagnostics = [], []
-    peer.create_subscription(Float64MultiArray, Topics.streaming_commands("arm"),
-                             lambda m: commands.append((time.monotonic(), np.array(m.data))), qos.COMMAND)
-    peer.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, diagnostics.append, qos.DIAGNOSTICS)
-    states = peer.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
-    names = list(fr3.group("arm").joints + fr3.gripper_joint_names)
+    with PrivateGraph(threads=2) as graph:
+        node = graph.own(PolicyNode(context=graph.context, parameter_overrides=[
+            Parameter("robot", value="franka_fr3"), Parameter("policy", value=s.uri),
+            Parameter("autostart", value=True), Parameter("command_rate_hz", value=50.0),
+            Parameter("replan_steps", value=2)]))
+        peer = graph.own(Node("policy_test_peer", context=graph.context))
+        commands, diagnostics = [], []
+        peer.create_subscription(Float64MultiArray, Topics.streaming_commands("arm"),
+                                 lambda m: commands.append((time.monotonic(), np.array(m.data))), qos.COMMAND)
+        peer.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, diagnostics.append, qos.DIAGNOSTICS)
+        states = peer.create_publisher(JointState, Topics.JOINT_STATES, qos.STATE)
+        names = list(fr3.group("arm").joints + fr3.gripper_joint_names)
 
-    def publish_state():
-        msg = JointState(name=names, position=[*fr3.home_positions, 0.04, 0.04])
-        msg.header.stamp = peer.get_clock().now().to_msg()
-        states.publish(msg)
-    peer.create_timer(0.02, publish_state)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    executor.add_node(node)
-    executor.add_node(peer)
-    spinner = spin_in_background(executor)
+        def publish_state():
+            msg = JointState(name=names, position=[*fr3.home_positions, 0.04, 0.04])
+            msg.header.stamp = peer.get_clock().now().to_msg()
+            states.publish(msg)
+        peer.create_timer(0.02, publish_state)
+        graph.spin()
 
-    def wait_for(predicate, timeout=20.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not predicate():
-            time.sleep(0.02)
-        return predicate()
+        def wait_for(predicate, timeout=20.0):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not predicate():
+                time.sleep(0.02)
+            return predicate()
 
-    try:
         assert wait_for(lambda: commands and np.allclose(commands[-1][1], target))
         alive.clear()
         assert wait_for(lambda: node.runtime.stats.errors > 0)
@@ -249,12 +242,6 @@ def test_policy_node_holds_when_its_server_dies(server):
         assert all(np.allclose(c, target) for t, c in commands if t > died)  # holds the last target
         assert wait_for(lambda: any(st.level == b"\x02" and "policy error" in st.message
                                     for m in diagnostics for st in m.status))
-    finally:
-        stop_spinning(executor, spinner, timeout=5.0)
-        node.close()
-        node.destroy_node()
-        peer.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def test_a_server_that_stops_answering_is_a_recorded_deadline_and_the_campaign_goes_on(server, tmp_path):

@@ -115,26 +115,17 @@ def test_the_backend_needs_a_cell_of_its_robot():
 
 
 def test_a_proxy_driver_checks_commands_in_the_cells_own_scene():
-    import rclpy
-    from rclpy.context import Context
     from rclpy.parameter import Parameter
 
     from r2s2r.nodes.driver_node import DriverNode
-    context = Context()
-    rclpy.init(context=context)
-    node = None
-    try:
-        node = DriverNode(context=context, parameter_overrides=[
+    from r2s2r.nodes.runtime import PrivateGraph
+    with PrivateGraph() as graph:
+        node = graph.own(DriverNode(context=graph.context, parameter_overrides=[
             Parameter("robot", value="franka_fr3"), Parameter("backend", value="proxy"),
-            Parameter("proxy.cell", value="block_in_bowl_stiff"), Parameter("camera_rate_hz", value=0.0)])
+            Parameter("proxy.cell", value="block_in_bowl_stiff"), Parameter("camera_rate_hz", value=0.0)]))
         # No scene parameter, as `r2s2r proxy up` starts it: the collision checks know the table and bowl.
         assert [o.name for o in node.driver.cell.objects] == ["block"]
         assert [f.name for f in node.driver.cell.fixtures] == ["bowl"] and node.driver.cell.table is not None
-    finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def test_proxy_up_serves_the_cell_over_dds_and_it_records_as_a_real_cell(stack_process, ros_client, tmp_path):

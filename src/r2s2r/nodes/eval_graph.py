@@ -40,16 +40,13 @@ import sys
 import time
 from dataclasses import asdict, replace
 
-import rclpy
-from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 
 from r2s2r.eval.runner import TrialResult, TrialSpec
 from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.policy_node import PolicyNode, WithObjectPoses
-from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
+from r2s2r.nodes.runtime import PrivateGraph, prompt_gil_handover
 from r2s2r.real2sim.proxy_cell import ProxyCellConfig, ProxyHardware, load_cell
 from r2s2r.robots import get_robot
 
@@ -98,69 +95,61 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
     task = cache[spec.task]
     values = spec.values
     task.new_episode(values)
-    context = Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=3, context=context)
-    driver = policy = spinner = None
-    try:
-        policy = PolicyNode(context=context, parameter_overrides=[
-            Parameter("robot", value=task.robot), Parameter("policy", value=spec.policy),
-            Parameter("use_sim_time", value=True), Parameter("command_rate_hz", value=task.control_rate_hz)])
-        # The driver renders the cameras the policy observes, once per policy tick of sim time.
-        cameras = list(policy.policy.metadata.observation.cameras)
-        params = [Parameter("robot", value=task.robot), Parameter("backend", value="sim"),
-                  Parameter("seed", value=spec.seed),
-                  Parameter("camera_rate_hz", value=float(task.control_rate_hz) if cameras else 0.0),
-                  Parameter("cameras", value=cameras or [""]),
-                  Parameter("real_time_factor", value=float(real_time_factor))]
-        if spec.control_rate_hz is not None:
-            params.append(Parameter("control_rate_hz", value=spec.control_rate_hz))
-        scene = task.scene(values)
-        hardware = None
-        if cell is not None:  # the cell at this trial's initial conditions, its truth and effects kept
-            hardware = ProxyHardware(get_robot(task.robot), {"cell": replace(cell, scene=scene, seed=spec.seed)})
-        driver = DriverNode(scene=scene, hardware=hardware, context=context, parameter_overrides=params)
-        twin = driver.hardware.twin
-        lock = driver.driver.lock  # the driver core's: its loop steps the twin only while holding it
-        with lock:
-            twin.reset(spec.seed)
-            task.start(twin)
-            driver.loop.hold_here()
-            start = twin.time
+    with PrivateGraph(threads=3) as graph:
+        policy = None
+        try:
+            policy = graph.own(PolicyNode(context=graph.context, parameter_overrides=[
+                Parameter("robot", value=task.robot), Parameter("policy", value=spec.policy),
+                Parameter("use_sim_time", value=True), Parameter("command_rate_hz", value=task.control_rate_hz)]))
+            # The driver renders the cameras the policy observes, once per policy tick of sim time.
+            cameras = list(policy.policy.metadata.observation.cameras)
+            params = [Parameter("robot", value=task.robot), Parameter("backend", value="sim"),
+                      Parameter("seed", value=spec.seed),
+                      Parameter("camera_rate_hz", value=float(task.control_rate_hz) if cameras else 0.0),
+                      Parameter("cameras", value=cameras or [""]),
+                      Parameter("real_time_factor", value=float(real_time_factor))]
+            if spec.control_rate_hz is not None:
+                params.append(Parameter("control_rate_hz", value=spec.control_rate_hz))
+            scene = task.scene(values)
+            hardware = None
+            if cell is not None:  # the cell at this trial's initial conditions, its truth and effects kept
+                hardware = ProxyHardware(get_robot(task.robot),
+                                         {"cell": replace(cell, scene=scene, seed=spec.seed)})
+            driver = graph.own(DriverNode(scene=scene, hardware=hardware, context=graph.context,
+                                          parameter_overrides=params))
+            twin = driver.hardware.twin
+            lock = driver.driver.lock  # the driver core's: its loop steps the twin only while holding it
+            with lock:
+                twin.reset(spec.seed)
+                task.start(twin)
+                driver.loop.hold_here()
+                start = twin.time
 
-        def poses():
+            def poses():
+                with lock:
+                    return task.object_poses(twin)
+            policy.assembler = WithObjectPoses(policy.assembler, poses)
+            graph.spin()
+            policy._start()  # what its ~/start service does: reset the runtime, begin acting
+            judge = Judge(task, twin, start)
+            while True:
+                with lock:
+                    now = twin.time
+                    if judge.stalled(now):
+                        raise RuntimeError(f"trial {spec.id}: the twin's clock stopped at {now:.3f} s for "
+                                           f"{STALL_S:g} s (driver fault: {driver._fault or 'none reported'})")
+                    judge.due(now)
+                    if judge.over(now):
+                        break
+                time.sleep(POLL_S)
             with lock:
-                return task.object_poses(twin)
-        policy.assembler = WithObjectPoses(policy.assembler, poses)
-        executor.add_node(driver)
-        executor.add_node(policy)
-        spinner = spin_in_background(executor)
-        policy._start()  # what its ~/start service does: reset the runtime, begin acting
-        judge = Judge(task, twin, start)
-        while True:
-            with lock:
-                now = twin.time
-                if judge.stalled(now):
-                    raise RuntimeError(f"trial {spec.id}: the twin's clock stopped at {now:.3f} s for {STALL_S:g} s "
-                                       f"(driver fault: {driver._fault or 'none reported'})")
-                judge.due(now)
-                if judge.over(now):
-                    break
-            time.sleep(POLL_S)
-        with lock:
-            outcome = task.outcome(twin, judge.timed_out)
-            elapsed = twin.time - start
-            rejected = float(sum(driver.loop.controller.stats.rejected.values()))
-            latency = float(twin.command_latency_s)  # what the driver's twin delayed setpoints by
-    finally:
-        if policy is not None:
-            policy.running = False  # no more ticks, so nothing is submitted while shutting down
-        stop_spinning(executor, spinner, timeout=5.0)
-        for node in (policy, driver):
-            if node is not None:
-                node.close()
-                node.destroy_node()
-        rclpy.shutdown(context=context)
+                outcome = task.outcome(twin, judge.timed_out)
+                elapsed = twin.time - start
+                rejected = float(sum(driver.loop.controller.stats.rejected.values()))
+                latency = float(twin.command_latency_s)  # what the driver's twin delayed setpoints by
+        finally:
+            if policy is not None:
+                policy.running = False  # no more ticks, so nothing is submitted while the graph stops
     metrics = {str(k): float(v) for k, v in outcome.metrics.items()}
     metrics["commands_rejected"] = rejected
     metrics["command_latency_s"] = latency

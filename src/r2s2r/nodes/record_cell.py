@@ -27,16 +27,13 @@ import subprocess
 import sys
 import time
 
-import rclpy
-from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray
 
 from r2s2r.contract import Topics, convert, qos
 from r2s2r.nodes.driver_node import DriverNode
-from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
+from r2s2r.nodes.runtime import PrivateGraph, prompt_gil_handover
 from r2s2r.real2sim.proxy_cell import load_cell
 
 POLL_S = 0.0005  # how often the player looks at the cell's clock (wall seconds)
@@ -50,84 +47,76 @@ def record(cell_path: str, script: list[dict], out: str, real_time_factor: float
     """Play `script` on the cell and record it into `out`; what the recorder printed."""
     cell = load_cell(cell_path)
     duration = settle_s + (max(c["time"] for c in script) if script else 0.0) + tail_s + LEAD_S
-    context = Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=3, context=context)
-    driver = player = spinner = recorder = None
-    try:
-        driver = DriverNode(scene=cell.scene, context=context, parameter_overrides=[
-            Parameter("robot", value=cell.scene.robot), Parameter("backend", value="proxy"),
-            Parameter("proxy.cell", value=cell.source), Parameter("real_time_factor", value=float(real_time_factor)),
-            Parameter("camera_rate_hz", value=float(cell.camera_rate_hz) if cameras else 0.0),
-            Parameter("cameras", value=list(cameras) or [""])])
-        player = Node("script_player", context=context)
-        robot = driver.robot
-        publishers = {("positions", g.name): player.create_publisher(Float64MultiArray, Topics.position_commands(g.name),
-                                                                     qos.COMMAND) for g in robot.groups}
-        publishers.update({("gripper", g.name): player.create_publisher(
-            Float64MultiArray, Topics.gripper_commands(g.name), qos.COMMAND) for g in robot.grippers})
-        for command in script:
-            if (command["kind"], command["target"]) not in publishers:
-                raise ValueError(f"script command {command}: expected kind 'positions' with one of the groups "
-                                 f"{[g.name for g in robot.groups]}, or 'gripper' with one of "
-                                 f"{[g.name for g in robot.grippers]}")
-        for node in (driver, player):
-            executor.add_node(node)
-        spinner = spin_in_background(executor)
-        recorder = subprocess.Popen(
-            [sys.executable, "-m", "r2s2r.cli", "record", "--stack", cell.source, "--out", str(out), "--duration",
-             str(duration), "--use-sim-time", "--no-depth"] + (["--cameras", ",".join(cameras)] if cameras else []),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        # Recording once the recorder takes the joint states and every command topic the script uses
-        # (the driver's subscription and the recorder's).
-        used = {(c["kind"], c["target"]) for c in script}
-        deadline = time.monotonic() + READY_S
-        while not (driver.pub_joints.get_subscription_count() > 0
-                   and all(publishers[k].get_subscription_count() >= 2 for k in used)):
-            if recorder.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the recorder did not subscribe within {READY_S:g} s:\n{_output(recorder)}")
-            time.sleep(0.01)
-        twin, lock = driver.hardware.twin, driver.driver.lock
-        with lock:
-            start = twin.time + settle_s
-        last_time, last_change = start, time.monotonic()
-
-        def wait_until(t: float) -> None:
-            nonlocal last_time, last_change
-            while True:
-                with lock:
-                    now = twin.time
-                if now + 1e-9 >= t:
-                    return
-                if now != last_time:
-                    last_time, last_change = now, time.monotonic()
-                elif time.monotonic() - last_change > STALL_S:
-                    raise RuntimeError(f"the cell's clock stopped at {now:.3f} s for {STALL_S:g} s "
-                                       f"(driver fault: {driver._fault or 'none reported'})")
-                time.sleep(POLL_S)
-        for command in sorted(script, key=lambda c: c["time"]):
-            wait_until(start + command["time"])
-            publishers[(command["kind"], command["target"])].publish(convert.float_array_msg(command["values"]))
-        # The cell runs on until the recorder has its duration on the cell's clock and closes the bag.
+    recorder = None
+    with PrivateGraph(threads=3) as graph:
         try:
-            output = recorder.communicate(timeout=READY_S + 10 * duration / min(real_time_factor, 1.0))[0]
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"the recorder did not close the bag after {duration:g} s of the cell's clock:\n"
-                               f"{_output(recorder)}") from None
-        if recorder.returncode != 0:
-            raise RuntimeError(f"the recorder failed (exit code {recorder.returncode}):\n{output[-3000:]}")
-        return output
-    finally:
-        if recorder is not None and recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
-        stop_spinning(executor, spinner, timeout=5.0)
-        for node in (player, driver):
-            if node is not None:
-                if hasattr(node, "close"):
-                    node.close()
-                node.destroy_node()
-        rclpy.shutdown(context=context)
+            driver = graph.own(DriverNode(scene=cell.scene, context=graph.context, parameter_overrides=[
+                Parameter("robot", value=cell.scene.robot), Parameter("backend", value="proxy"),
+                Parameter("proxy.cell", value=cell.source),
+                Parameter("real_time_factor", value=float(real_time_factor)),
+                Parameter("camera_rate_hz", value=float(cell.camera_rate_hz) if cameras else 0.0),
+                Parameter("cameras", value=list(cameras) or [""])]))
+            player = graph.own(Node("script_player", context=graph.context))
+            robot = driver.robot
+            publishers = {("positions", g.name): player.create_publisher(
+                Float64MultiArray, Topics.position_commands(g.name), qos.COMMAND) for g in robot.groups}
+            publishers.update({("gripper", g.name): player.create_publisher(
+                Float64MultiArray, Topics.gripper_commands(g.name), qos.COMMAND) for g in robot.grippers})
+            for command in script:
+                if (command["kind"], command["target"]) not in publishers:
+                    raise ValueError(f"script command {command}: expected kind 'positions' with one of the groups "
+                                     f"{[g.name for g in robot.groups]}, or 'gripper' with one of "
+                                     f"{[g.name for g in robot.grippers]}")
+            graph.spin()
+            recorder = subprocess.Popen(
+                [sys.executable, "-m", "r2s2r.cli", "record", "--stack", cell.source, "--out", str(out),
+                 "--duration", str(duration), "--use-sim-time", "--no-depth"]
+                + (["--cameras", ",".join(cameras)] if cameras else []),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # Recording once the recorder takes the joint states and every command topic the script uses
+            # (the driver's subscription and the recorder's).
+            used = {(c["kind"], c["target"]) for c in script}
+            deadline = time.monotonic() + READY_S
+            while not (driver.pub_joints.get_subscription_count() > 0
+                       and all(publishers[k].get_subscription_count() >= 2 for k in used)):
+                if recorder.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the recorder did not subscribe within {READY_S:g} s:\n{_output(recorder)}")
+                time.sleep(0.01)
+            twin, lock = driver.hardware.twin, driver.driver.lock
+            with lock:
+                start = twin.time + settle_s
+            last_time, last_change = start, time.monotonic()
+
+            def wait_until(t: float) -> None:
+                nonlocal last_time, last_change
+                while True:
+                    with lock:
+                        now = twin.time
+                    if now + 1e-9 >= t:
+                        return
+                    if now != last_time:
+                        last_time, last_change = now, time.monotonic()
+                    elif time.monotonic() - last_change > STALL_S:
+                        raise RuntimeError(f"the cell's clock stopped at {now:.3f} s for {STALL_S:g} s "
+                                           f"(driver fault: {driver._fault or 'none reported'})")
+                    time.sleep(POLL_S)
+            for command in sorted(script, key=lambda c: c["time"]):
+                wait_until(start + command["time"])
+                publishers[(command["kind"], command["target"])].publish(
+                    convert.float_array_msg(command["values"]))
+            # The cell runs on until the recorder has its duration on the cell's clock and closes the bag.
+            try:
+                output = recorder.communicate(timeout=READY_S + 10 * duration / min(real_time_factor, 1.0))[0]
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"the recorder did not close the bag after {duration:g} s of the cell's clock:\n"
+                                   f"{_output(recorder)}") from None
+            if recorder.returncode != 0:
+                raise RuntimeError(f"the recorder failed (exit code {recorder.returncode}):\n{output[-3000:]}")
+            return output
+        finally:
+            if recorder is not None and recorder.poll() is None:
+                recorder.kill()
+                recorder.wait()
 
 
 def _output(process: subprocess.Popen) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from typing import Callable
 
 import rclpy
@@ -32,18 +33,86 @@ def prompt_gil_handover() -> None:
 
 def spin_in_background(executor) -> threading.Thread:
     """The executor spinning in a daemon thread; end it with stop_spinning."""
-    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread = threading.Thread(target=executor.spin, daemon=True, name="executor-spin")
     thread.start()
     return thread
 
 
 def stop_spinning(executor, thread: threading.Thread | None, timeout: float = 2.0) -> None:
-    """Shut the executor down and wait for its spin thread before anyone destroys its nodes or
-    shuts their context down: rclpy's Executor.shutdown does not wait for a spin_once in
-    flight, which would then meet a destroyed node or an invalid context."""
-    executor.shutdown(timeout_sec=timeout)
+    """Stop the executor and wait for its callbacks in flight and its spin thread, so that its
+    nodes can then be destroyed and their context shut down. rclpy's Executor.shutdown (Jazzy)
+    waits for nothing and destroys the executor's guard condition at once: a callback still
+    running, or queued in a MultiThreadedExecutor's pool, then met a destroyed node or raised on
+    the guard. So the nodes are taken off first (no callback is begun after that), the callbacks
+    under way finish, and only then is the executor shut down."""
+    deadline = time.monotonic() + timeout
+    for node in executor.get_nodes():
+        executor.remove_node(node)
+    # rclpy's own bookkeeping (private, no public equivalent): a MultiThreadedExecutor's callbacks
+    # handed to its pool, and the count of callbacks executing.
+    for task in list(getattr(executor, "_futures", ())):
+        while not task.done() and time.monotonic() < deadline:
+            time.sleep(0.001)
+    work = getattr(executor, "_work_tracker", None)
+    if work is not None:
+        work.wait(max(0.0, deadline - time.monotonic()))
+    executor.shutdown(timeout_sec=max(0.0, deadline - time.monotonic()))
+    pool = getattr(executor, "_executor", None)
+    if pool is not None:
+        pool.shutdown(wait=False)  # its idle worker threads end now, not when the executor is collected
     if thread is not None:
-        thread.join(timeout=timeout)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+class PrivateGraph:
+    """Nodes a tool puts on the graph itself (a trial's driver and policy, a recording's script
+    player, a soak's monitor) in an rclpy context and executor of their own, spun in a background
+    thread, and torn down in the one safe order however the work ends: the executor stopped and
+    its spin joined, each node closed (where it has `close`) and destroyed, newest first, then
+    the context shut down.
+
+        with PrivateGraph(threads=3) as graph:
+            driver = graph.own(DriverNode(..., context=graph.context))
+            graph.spin()
+    """
+
+    def __init__(self, threads: int = 2):
+        self.threads = threads
+        self.context = self.executor = self.spinner = None
+        self.nodes: list[Node] = []
+
+    def __enter__(self) -> PrivateGraph:
+        from rclpy.context import Context
+        self.context = Context()
+        rclpy.init(context=self.context)
+        try:
+            self.executor = (SingleThreadedExecutor(context=self.context) if self.threads == 1
+                             else MultiThreadedExecutor(num_threads=self.threads, context=self.context))
+        except BaseException:
+            rclpy.shutdown(context=self.context)
+            raise
+        return self
+
+    def own(self, node: Node) -> Node:
+        """`node` (made in this graph's context), spun by its executor and destroyed with it."""
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def spin(self) -> threading.Thread:
+        self.spinner = spin_in_background(self.executor)
+        return self.spinner
+
+    def __exit__(self, *exc) -> None:
+        try:
+            stop_spinning(self.executor, self.spinner, timeout=5.0)
+            for node in reversed(self.nodes):
+                close = getattr(node, "close", None)
+                if close is not None:
+                    close()
+                node.destroy_node()
+        finally:
+            rclpy.shutdown(context=self.context)
 
 
 def read_only_parameters(node: Node, live: tuple[str, ...] = ("use_sim_time",)) -> None:

@@ -40,10 +40,8 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
@@ -54,7 +52,7 @@ from r2s2r.eval.runner import plan_eval
 from r2s2r.eval.tasks import load_task
 from r2s2r.nodes.driver_node import DriverNode
 from r2s2r.nodes.eval_graph import STALL_S, Judge
-from r2s2r.nodes.runtime import prompt_gil_handover, spin_in_background, stop_spinning
+from r2s2r.nodes.runtime import PrivateGraph, prompt_gil_handover
 from r2s2r.processes import trim_heap
 
 POLL_S = 0.002  # how often the judge looks at the twin's clock (wall seconds)
@@ -211,94 +209,87 @@ def run_episode(index: int, spec, task, config: dict, clock: float, monitor: Mon
               Parameter("cameras", value=config["cameras"] or [""]),
               Parameter("real_time_factor", value=float(config["real_time_factor"])),
               Parameter("tf_rate_hz", value=float(task.control_rate_hz))]
-    context = Context()
-    rclpy.init(context=context)
-    driver = DriverNode(scene=scene, context=context, parameter_overrides=params)
-    twin, lock = driver.hardware.twin, driver.driver.lock
-    with lock:
-        twin.reset(spec.seed, time=clock)
-        task.start(twin)
-        driver.loop.hold_here()
-    executor = MultiThreadedExecutor(num_threads=3, context=context)
-    executor.add_node(driver)
-    spinner = spin_in_background(executor)
-
-    def still_spinning() -> None:  # a fault of the soak's own, not an intervention of the policy's
-        if not monitor_spin.is_alive():
-            raise RuntimeError("the soak's executor stopped spinning (its error is above): no service answer or "
-                               "diagnostic can be read any more")
-    row = {"episode": index, "seed": spec.seed, "perturbation": values, "policy_starts": policy.starts}
-    intervention = None
-    try:
-        if policy.exit_code() is not None:
-            policy.start()
-        ok, message = monitor.call("start")  # a fresh episode for the policy: what ~/start does
-        still_spinning()
-        if not ok:
-            intervention = ("node died" if policy.exit_code() is not None else "policy not started", message)
-        misses0 = monitor.deadline_misses
+    with PrivateGraph(threads=3) as graph:
+        driver = graph.own(DriverNode(scene=scene, context=graph.context, parameter_overrides=params))
+        twin, lock = driver.hardware.twin, driver.driver.lock
         with lock:
-            start = twin.time
+            twin.reset(spec.seed, time=clock)
+            task.start(twin)
             driver.loop.hold_here()
-        judge = Judge(task, twin, start)
-        still_q, still_since = None, start
-        struck = False
-        while intervention is None:
+        graph.spin()
+
+        def still_spinning() -> None:  # a fault of the soak's own, not an intervention of the policy's
+            if not monitor_spin.is_alive():
+                raise RuntimeError("the soak's executor stopped spinning (its error is above): no service answer or "
+                                   "diagnostic can be read any more")
+        row = {"episode": index, "seed": spec.seed, "perturbation": values, "policy_starts": policy.starts}
+        intervention = None
+        try:
+            if policy.exit_code() is not None:
+                policy.start()
+            ok, message = monitor.call("start")  # a fresh episode for the policy: what ~/start does
+            still_spinning()
+            if not ok:
+                intervention = ("node died" if policy.exit_code() is not None else "policy not started", message)
+            misses0 = monitor.deadline_misses
             with lock:
-                now = twin.time
-                if judge.stalled(now):
-                    intervention = ("safety stop", f"the twin's clock stopped at {now:.3f} s for {STALL_S:g} s "
-                                                   f"(driver fault: {driver.driver.fault or 'none reported'})")
-                    break
-                if not struck and drills and now >= start + DRILL_AT_S:
-                    struck = True
-                    if "knock" in drills:
-                        name = next(iter(twin.object_poses()))
-                        twin.displace_object(name, (twin.object_poses()[name][0][0], 3.0, 0.5))
-                    if "kill-policy" in drills:
-                        policy.kill()
-                d = driver.driver
-                if d.fault or d.link_fault or d.estopped:
-                    intervention = ("safety stop", d.fault or d.link_fault or "estop latched")
-                    break
-                if judge.due(now):
+                start = twin.time
+                driver.loop.hold_here()
+            judge = Judge(task, twin, start)
+            still_q, still_since = None, start
+            struck = False
+            while intervention is None:
+                with lock:
+                    now = twin.time
+                    if judge.stalled(now):
+                        intervention = ("safety stop", f"the twin's clock stopped at {now:.3f} s for {STALL_S:g} s "
+                                                       f"(driver fault: {driver.driver.fault or 'none reported'})")
+                        break
+                    if not struck and drills and now >= start + DRILL_AT_S:
+                        struck = True
+                        if "knock" in drills:
+                            name = next(iter(twin.object_poses()))
+                            twin.displace_object(name, (twin.object_poses()[name][0][0], 3.0, 0.5))
+                        if "kill-policy" in drills:
+                            policy.kill()
+                    d = driver.driver
+                    if d.fault or d.link_fault or d.estopped:
+                        intervention = ("safety stop", d.fault or d.link_fault or "estop latched")
+                        break
+                    if judge.due(now):
+                        if judge.over(now):
+                            break
+                        away = _out_of_reach(twin)
+                        if away:
+                            intervention = ("object out of reach", away)
+                            break
+                        q = twin.arm_positions
+                        if still_q is None or np.max(np.abs(q - still_q)) > STILL_RAD:
+                            still_q, still_since = q.copy(), now
+                        elif now - still_since > config["stuck_s"]:
+                            intervention = ("arm stuck", f"no joint moved more than {STILL_RAD:g} rad for "
+                                                         f"{now - still_since:.1f} s")
+                            break
                     if judge.over(now):
                         break
-                    away = _out_of_reach(twin)
-                    if away:
-                        intervention = ("object out of reach", away)
-                        break
-                    q = twin.arm_positions
-                    if still_q is None or np.max(np.abs(q - still_q)) > STILL_RAD:
-                        still_q, still_since = q.copy(), now
-                    elif now - still_since > config["stuck_s"]:
-                        intervention = ("arm stuck", f"no joint moved more than {STILL_RAD:g} rad for "
-                                                     f"{now - still_since:.1f} s")
-                        break
-                if judge.over(now):
+                still_spinning()
+                code = policy.exit_code()
+                if code is not None:
+                    intervention = ("node died", f"policy_node exited with code {code}")
                     break
-            still_spinning()
-            code = policy.exit_code()
-            if code is not None:
-                intervention = ("node died", f"policy_node exited with code {code}")
-                break
-            if monitor.deadline_misses - misses0 >= config["storm_misses"]:
-                intervention = ("deadline storm", f"{monitor.deadline_misses - misses0} inference deadlines missed")
-                break
-            time.sleep(POLL_S)
-        with lock:
-            outcome = task.outcome(twin, judge.timed_out)
-            end = twin.time
-            stats = driver.loop.controller.stats
-            row["commands_accepted"] = int(sum(stats.accepted.values()))
-            row["commands_rejected"] = int(sum(stats.rejected.values()))
-    finally:
-        if policy.exit_code() is None and monitor_spin.is_alive():
-            monitor.call("stop", timeout=5.0)
-        stop_spinning(executor, spinner, timeout=5.0)
-        driver.close()
-        driver.destroy_node()
-        rclpy.shutdown(context=context)
+                if monitor.deadline_misses - misses0 >= config["storm_misses"]:
+                    intervention = ("deadline storm", f"{monitor.deadline_misses - misses0} inference deadlines missed")
+                    break
+                time.sleep(POLL_S)
+            with lock:
+                outcome = task.outcome(twin, judge.timed_out)
+                end = twin.time
+                stats = driver.loop.controller.stats
+                row["commands_accepted"] = int(sum(stats.accepted.values()))
+                row["commands_rejected"] = int(sum(stats.rejected.values()))
+        finally:
+            if policy.exit_code() is None and monitor_spin.is_alive():
+                monitor.call("stop", timeout=5.0)
     row.update(success=bool(outcome.success) and intervention is None, stage=str(outcome.stage),
                margin=float(outcome.margin), sim_time_s=end - start, wall_s=time.monotonic() - wall0,
                outcome="intervention" if intervention else ("success" if outcome.success else "failure"))
@@ -319,48 +310,42 @@ def main(argv=None) -> int:
     task = load_task(config["task"])
     config["robot"], config["control_rate_hz"] = task.robot, task.control_rate_hz
     planned: dict = {}
-    context = Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    monitor = Monitor(context)
-    executor.add_node(monitor)
-    spinner = spin_in_background(executor)
-    policy = PolicyProcess(config, out / "policy_node.log")
-    policy.start()
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())  # ends after the episode under way
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    wall0 = time.monotonic()
-    clock = 0.0
-    processes = lambda: [("driver_node + judge", os.getpid()),  # noqa: E731
-                         ("policy_node", None if policy.proc is None or policy.exit_code() is not None
-                          else policy.proc.pid)]
-    try:
-        with ResourceSampler(out / "resources.jsonl", processes, float(config["sample_s"])):
-            index = 0
-            while not stop.is_set() and time.monotonic() - wall0 < float(config["duration_s"]):
-                if config.get("episodes") and index >= int(config["episodes"]):
-                    break
-                if index not in planned:
-                    planned = {p.index: p for p in plan_eval(config["policy"], task, index + PLAN_BLOCK,
-                                                             int(config["seed"]), envelope=config.get("envelope"),
-                                                             first=index)}
-                row, clock = run_episode(index, planned[index].spec, task, config, clock, monitor, spinner,
-                                         policy)
-                trim_heap()  # the episode's driver is gone: its pages go back, so memory growth reads leaks
-                row["wall_since_start_s"] = time.monotonic() - wall0
-                with open(out / "episodes.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                what = row["outcome"] + (f" ({row['intervention']['cause']}: {row['intervention']['detail']})"
-                                         if "intervention" in row else f" ({row['stage']})")
-                print(f"[soak] episode {index}: {what}, {row['sim_time_s']:.1f} s simulated, "
-                      f"{row['wall_since_start_s']:.0f} s into the soak", flush=True)
-                index += 1
-    finally:
-        policy.stop()
-        stop_spinning(executor, spinner, timeout=5.0)
-        monitor.destroy_node()
-        rclpy.shutdown(context=context)
+    with PrivateGraph(threads=2) as graph:
+        monitor = graph.own(Monitor(graph.context))
+        spinner = graph.spin()
+        policy = PolicyProcess(config, out / "policy_node.log")
+        policy.start()
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())  # ends after the episode under way
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        wall0 = time.monotonic()
+        clock = 0.0
+        processes = lambda: [("driver_node + judge", os.getpid()),  # noqa: E731
+                             ("policy_node", None if policy.proc is None or policy.exit_code() is not None
+                              else policy.proc.pid)]
+        try:
+            with ResourceSampler(out / "resources.jsonl", processes, float(config["sample_s"])):
+                index = 0
+                while not stop.is_set() and time.monotonic() - wall0 < float(config["duration_s"]):
+                    if config.get("episodes") and index >= int(config["episodes"]):
+                        break
+                    if index not in planned:
+                        planned = {p.index: p for p in plan_eval(config["policy"], task, index + PLAN_BLOCK,
+                                                                 int(config["seed"]), envelope=config.get("envelope"),
+                                                                 first=index)}
+                    row, clock = run_episode(index, planned[index].spec, task, config, clock, monitor, spinner,
+                                             policy)
+                    trim_heap()  # the episode's driver is gone: its pages go back, so memory growth reads leaks
+                    row["wall_since_start_s"] = time.monotonic() - wall0
+                    with open(out / "episodes.jsonl", "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    what = row["outcome"] + (f" ({row['intervention']['cause']}: {row['intervention']['detail']})"
+                                             if "intervention" in row else f" ({row['stage']})")
+                    print(f"[soak] episode {index}: {what}, {row['sim_time_s']:.1f} s simulated, "
+                          f"{row['wall_since_start_s']:.0f} s into the soak", flush=True)
+                    index += 1
+        finally:
+            policy.stop()
     return 0
 
 

@@ -1,0 +1,68 @@
+"""nodes.runtime.PrivateGraph: a tool's own nodes (a trial's, a recording's, a soak's) torn down
+in the one safe order however the work ends, with no callback running on a node being destroyed
+(rclpy's Executor.shutdown waits for none), and nothing of them left behind."""
+
+import threading
+import time
+
+import pytest
+from rclpy.node import Node
+
+from r2s2r.nodes.runtime import PrivateGraph
+
+
+def test_an_error_stops_the_spin_then_closes_and_destroys_newest_first_then_ends_the_context():
+    events = []
+    lock = threading.Lock()
+
+    def log(*event):
+        with lock:
+            events.append(event)
+
+    class Ticking(Node):
+        def __init__(self, name, context):
+            super().__init__(name, context=context)
+            self.create_timer(0.002, self._tick)
+
+        def _tick(self):  # a slow callback, still running when the work fails
+            log("begin", self.get_name())
+            time.sleep(0.2)
+            log("end", self.get_name())
+
+        def close(self):
+            log("close", self.get_name())
+
+        def destroy_node(self):
+            log("destroy", self.get_name())
+            return super().destroy_node()
+
+    with pytest.raises(RuntimeError, match="the work failed"):
+        with PrivateGraph(threads=2) as graph:
+            graph.own(Ticking("first", graph.context))
+            plain = graph.own(Node("plain", context=graph.context))  # no close(): destroyed all the same
+            graph.own(Ticking("second", graph.context))
+            spinner = graph.spin()
+            deadline = time.monotonic() + 60.0
+            while not {("begin", "first"), ("begin", "second")} <= set(events) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert {("begin", "first"), ("begin", "second")} <= set(events), "the executor never spun"
+            raise RuntimeError("the work failed")  # while both callbacks sleep
+    assert not spinner.is_alive()
+    assert not graph.context.ok()
+    with pytest.raises(Exception):  # noqa: B017 - rclpy's InvalidHandle: the node was destroyed
+        plain.get_node_names()
+    teardown = [e for e in events if e[0] in ("close", "destroy")]
+    assert teardown == [("close", "second"), ("destroy", "second"), ("close", "first"), ("destroy", "first")]
+    # Every callback begun had ended before the first node closed, and none began after.
+    callbacks, closing = events[:events.index(("close", "second"))], events[events.index(("close", "second")):]
+    assert [e for e in callbacks if e[0] == "begin"] and not [e for e in closing if e[0] in ("begin", "end")]
+    for name in ("first", "second"):
+        assert callbacks.count(("begin", name)) == callbacks.count(("end", name)), events
+
+
+def test_a_single_threaded_graph_for_one_thread():
+    from rclpy.executors import SingleThreadedExecutor
+
+    with PrivateGraph(threads=1) as graph:
+        assert isinstance(graph.executor, SingleThreadedExecutor)
+    assert not graph.context.ok()
