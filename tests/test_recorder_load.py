@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+import pytest
 import yaml
 
 from r2s2r.data.mcap_io import read_bag
@@ -138,3 +139,20 @@ def test_a_duration_on_sim_time_counts_from_the_first_clock_of_a_twin_long_runni
     # 1002 s can be taken after a clock message past it, hence the loose lower bound.)
     assert 1.5 <= logged[-1] - 1000.0 <= 2.0 + 1e-6, (messages[0], messages[-1])
     assert [index for _, _, index in messages] == list(range(len(messages)))
+
+
+def test_reception_times_map_onto_the_clock_they_arrived_under():
+    from r2s2r.nodes.recorder_node import SimClockMap
+    clock = SimClockMap()
+    assert clock.at(5.0) is None  # no /clock yet
+    clock.add(10.0, 1000.0)
+    clock.add(10.05, 1000.0)  # a twin holding its clock at 1000 s
+    # Received just before the latest /clock, handled after it: at 1000 s, not 0.1 ms before.
+    assert clock.at(10.0499) == 1000.0
+    clock.add(10.10, 1000.2)  # the twin at twice real time
+    assert clock.at(10.075) == pytest.approx(1000.1)
+    assert clock.at(10.2) == pytest.approx(1000.3)  # after the last /clock: on from it at real time
+    assert clock.at(9.0) == 1000.0  # before the first kept: the first
+    clock.add(10.3, 0.0)  # the twin reset: its clock set back, a new timeline
+    assert clock.at(10.35) == pytest.approx(0.05)
+    assert clock.at(10.25) == 0.0

@@ -7,7 +7,7 @@ image_raw, depth/image_raw and camera_info, and logs every message at the time i
 DDS reception time, as rosbag2 logs it, not the moment the executor got round to it (a
 recorder held up by a loaded machine would smear a steady stream of commands by tens of
 milliseconds, and a fit of the latency with it). Under use_sim_time the reception time is moved
-onto the twin's /clock by the offset between the last /clock and when it was received.
+onto the twin's /clock, read between the /clock messages received around it (SimClockMap).
 
 Parameters:
   robot       registered robot name (required)
@@ -29,8 +29,10 @@ first /clock, however far along the twin already is.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
+from collections import deque
 from pathlib import Path
 
 import rclpy
@@ -75,6 +77,38 @@ def _offered_qos(topic: str):
     return qos.COMMAND if topic != Topics.JOINT_STATES else qos.STATE
 
 
+class SimClockMap:
+    """The twin's /clock as a function of the wall clock, from the last /clock messages' reception
+    times: a time between two of them is interpolated, one after the last goes on from it at real
+    time. A message received just before a /clock, and handled after it (another topic, so in no
+    order with it), is stamped before that /clock's value, never after it, and never before the
+    /clock before it."""
+
+    def __init__(self, keep: int = 256):
+        self.received: deque[float] = deque(maxlen=keep)
+        self.clock: deque[float] = deque(maxlen=keep)
+
+    def add(self, received: float, clock: float) -> None:
+        if self.received and (received < self.received[-1] or clock < self.clock[-1]):
+            # Out of order, or the twin was reset (its clock set back): a new timeline starts here.
+            self.received.clear()
+            self.clock.clear()
+        self.received.append(received)
+        self.clock.append(clock)
+
+    def at(self, received: float) -> float | None:
+        """The /clock reading at wall time `received`; None before any /clock."""
+        if not self.received:
+            return None
+        if received >= self.received[-1]:
+            return self.clock[-1] + (received - self.received[-1])
+        i = bisect.bisect_right(self.received, received)
+        if i == 0:
+            return self.clock[0]  # older than what is kept: the earliest reading kept
+        r0, r1, c0, c1 = self.received[i - 1], self.received[i], self.clock[i - 1], self.clock[i]
+        return c0 + (c1 - c0) * (received - r0) / (r1 - r0) if r1 > r0 else c0
+
+
 class RecorderNode(Node):
     def __init__(self, **node_options):
         super().__init__("recorder", **node_options)  # options: a test's context and parameter_overrides
@@ -106,7 +140,7 @@ class RecorderNode(Node):
         self.failed: dict[str, int] = {}  # messages that could not be written, by topic
         self.types = {topic: type_name(message_class(kind)) for topic, kind in topics.items()}
         self._resolved: dict[str, str] = {}
-        self._sim_offset: float | None = None  # the twin's /clock minus the wall clock, at the last /clock
+        self._clock_times = SimClockMap()  # under use_sim_time: wall reception times onto /clock
         self._last_arrival: dict[str, float] = {}
         self._use_sim_time = bool(self.get_parameter("use_sim_time").value)
         if self._use_sim_time:
@@ -137,7 +171,8 @@ class RecorderNode(Node):
     def _on_clock(self, msg, info) -> None:
         received = info.get("received_timestamp") or 0
         if received > 0:
-            self._sim_offset = msg.clock.sec + msg.clock.nanosec * 1e-9 - received * 1e-9
+            with self._lock:
+                self._clock_times.add(received * 1e-9, msg.clock.sec + msg.clock.nanosec * 1e-9)
 
     def _arrival(self, info) -> float:
         """When a message arrived, on this node's clock: its DDS reception time (the wall clock),
@@ -146,7 +181,8 @@ class RecorderNode(Node):
         if received <= 0:
             return self._now()
         if self._use_sim_time:
-            return self._now() if self._sim_offset is None else received * 1e-9 + self._sim_offset
+            sim = self._clock_times.at(received * 1e-9)
+            return self._now() if sim is None else sim
         return received * 1e-9
 
     def _on_message(self, topic: str, data: bytes, info=None) -> None:
