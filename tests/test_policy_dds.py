@@ -1,11 +1,13 @@
 """Over DDS: `r2s2r up config/stacks/franka_fr3_policy_sim.yaml` runs the FR3 twin and policy_node
 with scripted:goto; ~/start drives the arm through driver_node to the goal."""
 
+import time
+
 import numpy as np
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from r2s2r.contract import Topics
+from r2s2r.contract import Topics, qos
 from r2s2r.paths import config_path
 from r2s2r.policy import read_policy_config
 from r2s2r.robots import get_robot
@@ -38,6 +40,9 @@ def policy_status(client):
 def test_policy_node_drives_the_twin_to_the_goal(stack_process, ros_client):
     stack = stack_process("config/stacks/franka_fr3_policy_sim.yaml")
     client = ros_client()
+    streamed = []  # when each of the policy's streaming commands reached this client
+    client.node.create_subscription(Float64MultiArray, Topics.streaming_commands("arm"),
+                                    lambda _: streamed.append(time.monotonic()), qos.COMMAND)
     start = client.wait_for_joint_states(60).positions_of(ARM)
     assert np.max(np.abs(start - GOAL)) > 0.3
     assert client.wait_for_subscriber(Topics.position_commands("arm"), Float64MultiArray, 30)
@@ -61,6 +66,10 @@ def test_policy_node_drives_the_twin_to_the_goal(stack_process, ros_client):
     # ~/stop: the policy lets go, and another client's command moves the arm again.
     assert trigger(client, "stop").success
     assert trigger(client, "reset").success
+    # The policy's last commands may still be on their way to the driver (they come from another
+    # writer than this client's, so DDS does not order them): once the stream has been quiet for
+    # half a second, a command sent from here is the last the driver takes.
+    assert streamed and client.wait_for(lambda: time.monotonic() - streamed[-1] > 0.5, 30)
     home = FR3.home_positions
     client.send_positions("arm", home)
-    assert client.wait_until_at(ARM, home, 1e-3, 30)
+    assert client.wait_until_at(ARM, home, 1e-3, 30), (client.positions(ARM) - home, stack.output[-3000:])
