@@ -38,9 +38,13 @@ $(PEER_STAMP): $(STAMP) requirements/peer.txt requirements/peer-no-deps.txt
 	$(PY) -m pip install --quiet --target $(PEER) --no-deps -r requirements/peer-no-deps.txt
 	touch $(PEER_STAMP)
 
+# The suite in two pytest-xdist processes, a test file to each at a time (a file's fixtures are
+# built once): most tests keep one CPU busy, so on two cores two run at once.
+TEST_WORKERS ?= 2
+
 test: $(INTERFACES_STAMP) $(PEER_STAMP)
 	$(PY) -m ruff check src tests bench
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(PY) bench/twin_step.py

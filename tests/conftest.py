@@ -1,7 +1,8 @@
 """Test-session set-up: offscreen GL, and a ROS domain of our own.
 
-Cross-process tests talk over real DDS. Each pytest session takes its own ROS_DOMAIN_ID and
-keeps discovery on localhost, so parallel runs on one machine never hear each other.
+Cross-process tests talk over real DDS. Each pytest session (and each of its pytest-xdist
+workers) takes its own ROS_DOMAIN_ID and keeps discovery on localhost, so parallel runs on one
+machine never hear each other.
 """
 
 import os
@@ -14,9 +15,13 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 if "R2S2R_TEST_DOMAIN" not in os.environ:
-    # 1..200: valid domain ids whose ports do not collide on one host.
-    os.environ["R2S2R_TEST_DOMAIN"] = str(1 + os.getpid() % 200)
-os.environ["ROS_DOMAIN_ID"] = os.environ["R2S2R_TEST_DOMAIN"]
+    # A block of 4 ids per session (1..200: valid domain ids whose ports do not collide on one
+    # host); pytest-xdist's workers inherit it and each takes one id of the block.
+    os.environ["R2S2R_TEST_DOMAIN"] = str(1 + 4 * (os.getpid() % 50))
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+if _WORKER > 3:
+    raise RuntimeError(f"the suite's ROS domains allow 4 pytest-xdist workers, not {_WORKER + 1}: run with -n 4 or fewer")
+os.environ["ROS_DOMAIN_ID"] = str(int(os.environ["R2S2R_TEST_DOMAIN"]) + _WORKER)
 sys.path.insert(0, str(REPO))  # tests.emulators
 # Assertions in shared helpers report their values on failure, as they did in the tests they came from.
 pytest.register_assert_rewrite("tests.backend_helpers", "tests.kinematics")
