@@ -20,6 +20,10 @@ from r2s2r.hardware.base import HardwareError, Lifecycle, LinkLost
 from r2s2r.robots import get_robot
 from tests.backend_helpers import PeerLog, active_loop, arrived, check_imports_without, hostile_session, stream
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 ROBOT = get_robot("aloha")
 HOME = ROBOT.home_positions  # ALOHA's start pose, both arms
 LEFT, RIGHT = slice(0, 6), slice(6, 12)

@@ -21,6 +21,10 @@ from r2s2r.stack import load_stack
 from tests.backend_helpers import PeerLog, active_loop, arrived, by_joint, hostile_session, run_on_the_shim, stream
 from tests.standins import flexivrdk_standin, signatures
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 RIZON = get_robot("flexiv_rizon4")
 SERIAL = "Rizon4-062468"
 API = json.loads((Path(__file__).parent / "standins" / "flexivrdk_api.json").read_text())

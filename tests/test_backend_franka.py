@@ -32,6 +32,10 @@ from r2s2r.hardware.motion import MotionLimiter
 from r2s2r.hardware.safety import SafetyFilter, SafetyLimits
 from r2s2r.robots import get_robot
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 FR3 = get_robot("franka_fr3")
 HOST = os.environ.get("R2S2R_FRANKA_SIM_HOST", "127.0.0.31")
 LOSS_HOST = os.environ.get("R2S2R_FRANKA_SIM_HOST_2", "127.0.0.32")  # simulators the tests kill

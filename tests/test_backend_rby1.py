@@ -23,6 +23,10 @@ from tests.backend_helpers import PeerLog, active_loop, arrived, by_joint, hosti
 from tests.standins import rby1_sdk_standin as standin
 from tests.standins import signatures
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 RBY1 = get_robot("rby1")
 ADDRESS = "127.0.0.1:50051"
 SDK_Q0 = np.array([0.0, 0.0] + [RBY1.home[j] for j in standin.JOINT_NAMES[2:]])  # wheels, then our joints

@@ -31,6 +31,10 @@ from tests.backend_helpers import (PeerLog, active_loop, arrived, by_joint, chec
                                    stream)
 from tests.emulators.xarm_emulator import Reg, State, XArmEmulator
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 HOST = "127.0.0.31"  # the emulator's own tests use 127.0.0.21/22
 SECOND_HOST = "127.0.0.32"
 ROBOT = get_robot("xarm7")

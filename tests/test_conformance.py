@@ -28,6 +28,10 @@ from r2s2r.robots import get_robot
 from tests.graph import node_interface, qos_of
 from tests.ros_helpers import REPO
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 TOLERANCE = 3e-3  # rad: two Dynamixel ticks; the twin and the other peers land well inside it
 GRIPPER_TOLERANCE = 3e-3  # m
 

@@ -16,6 +16,10 @@ import pytest
 import dynamixel_sdk as sdk  # the real client under test
 import serial
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # `tests` is imported as a package from the repo root
     sys.path.insert(0, str(REPO_ROOT))

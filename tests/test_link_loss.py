@@ -8,11 +8,16 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 
 from r2s2r.contract import Topics, qos
 from r2s2r.robots import get_robot
 from tests.test_conformance import TOLERANCE, write_stack
+
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
 
 ALOHA = get_robot("aloha")
 

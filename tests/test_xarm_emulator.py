@@ -19,6 +19,10 @@ from tests.emulators.xarm_emulator import (  # noqa: E402
     ERROR_END_EFFECTOR_COMM, ERROR_JOINT_LIMIT, MAX_JOINT_SPEED, XARM7_JOINT_LIMITS,
     Reg, State, XArmControllerModel, XArmEmulator)
 
+# A hardware protocol in real time (link timeouts of tens of ms): run alone, never beside another
+# test file (make test runs these after the others, one at a time).
+pytestmark = pytest.mark.realtime
+
 HOST = os.environ.get("R2S2R_XARM_EMULATOR_HOST", "127.0.0.21")
 SECOND_HOST = "127.0.0.22"
 
