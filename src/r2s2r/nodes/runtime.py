@@ -31,31 +31,44 @@ def prompt_gil_handover() -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
+class _Spinner(threading.Thread):
+    """executor.spin's loop, with an end of its own: Executor.shutdown (rclpy 7, Jazzy) waits for
+    no callback and destroys the executor's guard condition at once, so a callback still running
+    on the spin thread raised InvalidHandle on it, and one queued in a MultiThreadedExecutor's
+    pool could run on a node already destroyed. This loop ends on an event, after the callback
+    under way; stop_spinning then lets the pool drain before it shuts the executor down."""
+
+    def __init__(self, executor):
+        super().__init__(daemon=True, name="executor-spin")
+        self.executor = executor
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set() and self.executor.context.ok():
+            # spin_once with a wait that also ends when stopping is set (rclpy's private method:
+            # spin_until_future_complete would add a callback to its future for every call).
+            self.executor._spin_once_impl(None, self.stopping.is_set)
+
+
 def spin_in_background(executor) -> threading.Thread:
     """The executor spinning in a daemon thread; end it with stop_spinning."""
-    thread = threading.Thread(target=executor.spin, daemon=True, name="executor-spin")
+    thread = _Spinner(executor)
     thread.start()
     return thread
 
 
 def stop_spinning(executor, thread: threading.Thread | None, timeout: float = 2.0) -> None:
-    """Stop the executor and wait for its callbacks in flight and its spin thread, so that its
-    nodes can then be destroyed and their context shut down. rclpy's Executor.shutdown (Jazzy)
-    waits for nothing and destroys the executor's guard condition at once: a callback still
-    running, or queued in a MultiThreadedExecutor's pool, then met a destroyed node or raised on
-    the guard. So the nodes are taken off first (no callback is begun after that), the callbacks
-    under way finish, and only then is the executor shut down."""
+    """End the spin after the callback under way, wait for the callbacks queued in a
+    MultiThreadedExecutor's pool, then shut the executor down: its nodes can then be destroyed
+    and their context shut down (see _Spinner)."""
     deadline = time.monotonic() + timeout
-    for node in executor.get_nodes():
-        executor.remove_node(node)
-    # rclpy's own bookkeeping (private, no public equivalent): a MultiThreadedExecutor's callbacks
-    # handed to its pool, and the count of callbacks executing.
-    for task in list(getattr(executor, "_futures", ())):
+    if isinstance(thread, _Spinner):
+        thread.stopping.set()
+        executor.wake()
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    for task in list(getattr(executor, "_futures", ())):  # rclpy's own list of the pool's callbacks
         while not task.done() and time.monotonic() < deadline:
             time.sleep(0.001)
-    work = getattr(executor, "_work_tracker", None)
-    if work is not None:
-        work.wait(max(0.0, deadline - time.monotonic()))
     executor.shutdown(timeout_sec=max(0.0, deadline - time.monotonic()))
     pool = getattr(executor, "_executor", None)
     if pool is not None:
