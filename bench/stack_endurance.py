@@ -74,19 +74,25 @@ def proc_sample(pid: int) -> tuple[float, float] | None:
 class JointStateClock:
     """Arrival times (monotonic) of /joint_states in this process."""
 
-    def __init__(self, graph):
+    def __init__(self):
         import rclpy
         from sensor_msgs.msg import JointState
 
         from r2s2r.contract import Topics, qos
+        from r2s2r.nodes.runtime import PrivateGraph
         self.arrivals: list[float] = []
-        node = graph.own(rclpy.create_node("endurance_probe", context=graph.context))
+        self.graph = PrivateGraph(threads=1).open()
+        node = self.graph.own(rclpy.create_node("endurance_probe", context=self.graph.context))
         node.create_subscription(JointState, Topics.JOINT_STATES,
                                  lambda _: self.arrivals.append(time.monotonic()), qos.STATE)
+        self.graph.spin()
 
     def periods(self, start: float, end: float) -> np.ndarray:
         times = np.array([t for t in list(self.arrivals) if start <= t < end])
         return np.diff(times) * 1e3
+
+    def close(self) -> None:
+        self.graph.close()
 
 
 def main() -> int:
@@ -103,7 +109,6 @@ def main() -> int:
     if not args.warmup_s + args.window_s <= args.duration:
         parser.error("--duration must cover --warmup-s and --window-s")
     domain = isolate_ros_domain()
-    from r2s2r.nodes.runtime import PrivateGraph  # rclpy, once the domain is set
     os.environ.setdefault("MUJOCO_GL", "egl")
     print(f"{machine_line()}; "
           f"ROS domain {domain}; {args.duration:g} s, cameras at {args.camera_rate:g} Hz, "
@@ -114,48 +119,47 @@ def main() -> int:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(runner.stdout), daemon=True).start()
-        with PrivateGraph(threads=1) as graph:
-            probe = JointStateClock(graph)
-            graph.spin()
-            try:
-                deadline = time.monotonic() + 120.0
-                while time.monotonic() < deadline and not (len(pids := {m[1]: int(m[2]) for line in list(lines)
-                                                                       if (m := STARTED.match(line))}) == 3
-                                                            and probe.arrivals):
-                    time.sleep(0.2)
-                if len(pids) != 3 or not probe.arrivals:
-                    print("the stack did not come up:\n" + "".join(lines[-40:]))
-                    return 1
-                start = time.monotonic()
-                samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in pids}
-                dead: set[str] = set()
-                next_sample = next_report = start
-                while time.monotonic() - start < args.duration:
-                    now = time.monotonic()
-                    if now >= next_sample:
-                        for name, pid in pids.items():
-                            sample = proc_sample(pid)
-                            if sample is None:
-                                dead.add(name)
-                            else:
-                                samples[name].append((now - start, *sample))
-                        next_sample += args.sample_s
-                        if now >= next_report:  # a line a minute: progress in a log as on a terminal
-                            next_report += 60.0
-                            print(f"{now - start:7.0f} s  " + "  ".join(f"{n} {s[-1][1]:.0f} MiB"
-                                                                      for n, s in samples.items() if s), flush=True)
-                    if dead or runner.poll() is not None:
-                        break
-                    time.sleep(min(0.5, max(0.0, next_sample - time.monotonic())))
-                end = time.monotonic()
-                alive = not dead and runner.poll() is None
-            finally:
-                if runner.poll() is None:
-                    runner.send_signal(2)
-                    try:
-                        runner.wait(30)
-                    except subprocess.TimeoutExpired:
-                        runner.kill()
+        probe = JointStateClock()
+        try:
+            deadline = time.monotonic() + 120.0
+            while time.monotonic() < deadline and not (len(pids := {m[1]: int(m[2]) for line in list(lines)
+                                                                   if (m := STARTED.match(line))}) == 3
+                                                        and probe.arrivals):
+                time.sleep(0.2)
+            if len(pids) != 3 or not probe.arrivals:
+                print("the stack did not come up:\n" + "".join(lines[-40:]))
+                return 1
+            start = time.monotonic()
+            samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in pids}
+            dead: set[str] = set()
+            next_sample = next_report = start
+            while time.monotonic() - start < args.duration:
+                now = time.monotonic()
+                if now >= next_sample:
+                    for name, pid in pids.items():
+                        sample = proc_sample(pid)
+                        if sample is None:
+                            dead.add(name)
+                        else:
+                            samples[name].append((now - start, *sample))
+                    next_sample += args.sample_s
+                    if now >= next_report:  # a line a minute: progress in a log as on a terminal
+                        next_report += 60.0
+                        print(f"{now - start:7.0f} s  " + "  ".join(f"{n} {s[-1][1]:.0f} MiB"
+                                                                  for n, s in samples.items() if s), flush=True)
+                if dead or runner.poll() is not None:
+                    break
+                time.sleep(min(0.5, max(0.0, next_sample - time.monotonic())))
+            end = time.monotonic()
+            alive = not dead and runner.poll() is None
+        finally:
+            probe.close()
+            if runner.poll() is None:
+                runner.send_signal(2)
+                try:
+                    runner.wait(30)
+                except subprocess.TimeoutExpired:
+                    runner.kill()
         ok = alive
         print(f"{'node':>9} {'RSS first window':>17} {'last window':>12} {'growth':>8} "
               f"{'after warm-up':>14} {'at end':>9} {'CPU':>6}")

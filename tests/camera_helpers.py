@@ -220,16 +220,14 @@ class CameraListener:
 
     def __init__(self, cameras, delay: float = 0.0, name: str = "camera_listener"):
         from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.executors import SingleThreadedExecutor
-
-        from r2s2r.nodes.runtime import spin_in_background
         from rclpy.node import Node
         from sensor_msgs.msg import CameraInfo, Image
 
         from r2s2r.contract import Topics, qos
-        from tests.ros_helpers import own_context
-        self.context = own_context()  # as each test client has (conftest.ros_client)
-        self.node = Node(name, context=self.context)
+        from r2s2r.nodes.runtime import PrivateGraph
+        # A DDS participant of its own, as each test client has (conftest.ros_client).
+        self.graph = PrivateGraph(threads=1).open()
+        self.node = self.graph.own(Node(name, context=self.graph.context))
         self.delay = delay
         self.lock = threading.Lock()
         self.images = {c: [] for c in cameras}  # (arrival time, msg)
@@ -244,9 +242,7 @@ class CameraListener:
             self.node.create_subscription(Image, Topics.camera_depth(camera),
                                           lambda m, c=camera: self._keep(self.depths[c], m), qos.SENSOR)
         self.node.create_subscription(DiagnosticArray, Topics.DIAGNOSTICS, self._on_diagnostics, qos.DIAGNOSTICS)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = spin_in_background(self.executor)
+        self.graph.spin()
 
     def _keep(self, store, msg, slow=False):
         with self.lock:
@@ -271,7 +267,4 @@ class CameraListener:
             return len(self.images[camera])
 
     def close(self):
-        from r2s2r.nodes.runtime import stop_spinning
-        stop_spinning(self.executor, self.thread)
-        self.node.destroy_node()
-        self.context.shutdown()
+        self.graph.close()

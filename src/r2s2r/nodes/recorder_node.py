@@ -87,26 +87,30 @@ class SimClockMap:
     def __init__(self, keep: int = 256):
         self.received: deque[float] = deque(maxlen=keep)
         self.clock: deque[float] = deque(maxlen=keep)
+        # Its own lock: /clock comes at the twin's state rate, and must not wait behind a bag write.
+        self._lock = threading.Lock()
 
     def add(self, received: float, clock: float) -> None:
-        if self.received and (received < self.received[-1] or clock < self.clock[-1]):
-            # Out of order, or the twin was reset (its clock set back): a new timeline starts here.
-            self.received.clear()
-            self.clock.clear()
-        self.received.append(received)
-        self.clock.append(clock)
+        with self._lock:
+            if self.received and (received < self.received[-1] or clock < self.clock[-1]):
+                # Out of order, or the twin was reset (its clock set back): a new timeline starts here.
+                self.received.clear()
+                self.clock.clear()
+            self.received.append(received)
+            self.clock.append(clock)
 
     def at(self, received: float) -> float | None:
         """The /clock reading at wall time `received`; None before any /clock."""
-        if not self.received:
-            return None
-        if received >= self.received[-1]:
-            return self.clock[-1] + (received - self.received[-1])
-        i = bisect.bisect_right(self.received, received)
-        if i == 0:
-            return self.clock[0]  # older than what is kept: the earliest reading kept
-        r0, r1, c0, c1 = self.received[i - 1], self.received[i], self.clock[i - 1], self.clock[i]
-        return c0 + (c1 - c0) * (received - r0) / (r1 - r0) if r1 > r0 else c0
+        with self._lock:
+            if not self.received:
+                return None
+            if received >= self.received[-1]:
+                return self.clock[-1] + (received - self.received[-1])
+            i = bisect.bisect_right(self.received, received)
+            if i == 0:
+                return self.clock[0]  # older than what is kept: the earliest reading kept
+            r0, r1, c0, c1 = self.received[i - 1], self.received[i], self.clock[i - 1], self.clock[i]
+            return c0 + (c1 - c0) * (received - r0) / (r1 - r0) if r1 > r0 else c0
 
 
 class RecorderNode(Node):
@@ -171,8 +175,7 @@ class RecorderNode(Node):
     def _on_clock(self, msg, info) -> None:
         received = info.get("received_timestamp") or 0
         if received > 0:
-            with self._lock:
-                self._clock_times.add(received * 1e-9, msg.clock.sec + msg.clock.nanosec * 1e-9)
+            self._clock_times.add(received * 1e-9, msg.clock.sec + msg.clock.nanosec * 1e-9)
 
     def _arrival(self, info) -> float:
         """When a message arrived, on this node's clock: its DDS reception time (the wall clock),

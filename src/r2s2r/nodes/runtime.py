@@ -87,6 +87,8 @@ class PrivateGraph:
         with PrivateGraph(threads=3) as graph:
             driver = graph.own(DriverNode(..., context=graph.context))
             graph.spin()
+
+    An owner that outlives one block (a test's listener) calls open() and close() instead.
     """
 
     def __init__(self, threads: int = 2):
@@ -95,6 +97,12 @@ class PrivateGraph:
         self.nodes: list[Node] = []
 
     def __enter__(self) -> PrivateGraph:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> PrivateGraph:
         from rclpy.context import Context
         self.context = Context()
         rclpy.init(context=self.context)
@@ -116,7 +124,7 @@ class PrivateGraph:
         self.spinner = spin_in_background(self.executor)
         return self.spinner
 
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
         try:
             stop_spinning(self.executor, self.spinner, timeout=5.0)
             for node in reversed(self.nodes):
