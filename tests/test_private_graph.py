@@ -68,3 +68,45 @@ def test_a_single_threaded_graph_for_one_thread():
     with PrivateGraph(threads=1) as graph:
         assert isinstance(graph.executor, SingleThreadedExecutor)
     assert not graph.context.ok()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_spin_outlives_an_entity_destroyed_while_the_executor_gathers_its_wait_set(threads):
+    """rclpy 7 adds a node's waitables to the wait set without holding them: a subscription (whose
+    QoS event handlers are waitables) destroyed by another thread meanwhile raised InvalidHandle
+    out of the spin, and the spin thread ended (a CI run's test client then heard nothing more).
+    The race is emulated here by a waitable whose add_to_wait_set meets its own destruction."""
+    from rclpy.exceptions import InvalidHandle
+    from rclpy.waitable import NumberOfEntities, Waitable
+    from std_msgs.msg import String
+
+    class DestroyedMeanwhile(Waitable):
+        def __init__(self, node):
+            super().__init__(node.default_callback_group)
+            self.node, self.raised = node, threading.Event()
+
+        def get_num_entities(self):
+            return NumberOfEntities()
+
+        def is_ready(self, wait_set):
+            return False
+
+        def add_to_wait_set(self, wait_set):
+            self.node.remove_waitable(self)  # as destroy_subscription takes its handlers off the node
+            self.raised.set()
+            raise InvalidHandle("cannot use Destroyable because destruction was requested")
+
+    received = []
+    with PrivateGraph(threads=threads) as graph:
+        node = graph.own(Node("listener", context=graph.context))
+        node.create_subscription(String, "race_chatter", received.append, 10)
+        publisher = node.create_publisher(String, "race_chatter", 10)
+        waitable = DestroyedMeanwhile(node)
+        node.add_waitable(waitable)
+        spinner = graph.spin()
+        assert waitable.raised.wait(60.0), "the executor never built a wait set"
+        deadline = time.monotonic() + 60.0
+        while len(received) < 5 and time.monotonic() < deadline:
+            publisher.publish(String(data="still listening"))
+            time.sleep(0.01)
+        assert spinner.is_alive() and len(received) >= 5, (spinner.is_alive(), len(received))

@@ -66,6 +66,8 @@ class RobotClient:
 
     @property
     def joints(self) -> JointSample | None:
+        if self._thread.error is not None:  # its inputs stopped: say so rather than wait on stale ones
+            raise RuntimeError(f"the client's executor stopped spinning: {self._thread.error!r}")
         with self._lock:
             return self._joints
 

@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 import rclpy
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
@@ -42,12 +43,27 @@ class _Spinner(threading.Thread):
         super().__init__(daemon=True, name="executor-spin")
         self.executor = executor
         self.stopping = threading.Event()
+        self.error: BaseException | None = None  # what ended the spin early, for its owner to report
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _loop(self) -> None:
         while not self.stopping.is_set() and self.executor.context.ok():
             # spin_once with a wait that also ends when stopping is set (rclpy's private method:
             # spin_until_future_complete would add a callback to its future for every call).
-            self.executor._spin_once_impl(None, self.stopping.is_set)
+            try:
+                self.executor._spin_once_impl(None, self.stopping.is_set)
+            except InvalidHandle:
+                # rclpy 7 adds a node's waitables (a subscription's QoS event handlers) to its
+                # wait set without holding them, so a subscription destroyed meanwhile raised
+                # here once and ended the spin: a test's client then heard nothing more. The
+                # next wait leaves the destroyed entity out.
+                continue
 
 
 def spin_in_background(executor) -> threading.Thread:
