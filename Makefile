@@ -39,15 +39,17 @@ $(PEER_STAMP): $(STAMP) requirements/peer.txt requirements/peer-no-deps.txt
 	touch $(PEER_STAMP)
 
 # The suite in two pytest-xdist processes, a test file to each at a time (a file's fixtures are
-# built once), then the tests marked realtime one at a time: a hardware protocol's peer keeps link
-# timeouts of tens of milliseconds, which a second test beside it on two cores can break. Both
-# parts run whatever the first gives; the target fails if either failed.
+# built once), the slowest files first (tests/conftest.py; xdist's own order, by test count, left
+# the few long tests of the closed loop for last, with one worker idle), then the tests marked
+# realtime one at a time: a hardware protocol's peer keeps link timeouts of tens of milliseconds,
+# which a second test beside it on two cores can break. Both parts run whatever the first gives;
+# the target fails if either failed.
 TEST_WORKERS ?= 2
 
 test: $(INTERFACES_STAMP) $(PEER_STAMP)
 	$(PY) -m ruff check src tests bench
 	status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not realtime" || status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not realtime" || status=$$?; \
 	$(PY) -m pytest -q -m realtime || status=$$?; \
 	exit $$status
 

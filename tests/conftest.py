@@ -35,6 +35,21 @@ from tests.ros_helpers import StackProcess  # noqa: E402
 prompt_gil_handover()
 
 
+# The slowest files, slowest first (durations from a full run beside a busy loop): pytest-xdist
+# hands out whole files in collection order, and a long file handed out last runs alone while the
+# other worker idles. The rest follow in their usual order.
+SLOWEST_FILES = ("test_improve.py", "test_train.py", "test_real2sim_pipeline.py", "test_fidelity.py",
+                 "test_sysid_workers.py", "test_skills_refine.py", "test_eval_runner.py", "test_hostile_dds.py",
+                 "test_eval_graph.py", "test_stack_endurance.py", "test_variants_pool.py", "test_eval_batch.py",
+                 "test_safety.py", "test_collect.py", "test_soak.py", "test_record_episode.py")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering within a file
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 @pytest.fixture(autouse=True)
 def _normal_scheduling(request):
     """Keep the test process SCHED_OTHER. Something in the suite left its main thread SCHED_FIFO
