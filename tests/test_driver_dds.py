@@ -11,7 +11,7 @@ from sensor_msgs.msg import CameraInfo, JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
-from r2s2r.contract import Topics, qos
+from r2s2r.contract import Topics, convert, qos
 from r2s2r.contract.tf import TFMessage
 from r2s2r.robots import get_robot
 from r2s2r.robots.model import build_robot_spec
@@ -194,6 +194,14 @@ def test_tf_and_the_robot_description_on_the_live_graph(twin):
     # The arm holds still at home: the newest /tf and joint_states describe the same pose.
     latest = [transform(t) for t in moving[-1].transforms]
     assert {o.name for o in scene.objects} <= {t.child for t in latest if t.parent == "world"}
+    # With them, each object's size as the scene builds it (what a skill rule's condition perceives).
+    sizes = []
+    client.node.create_subscription(String, Topics.OBJECT_SIZES, sizes.append, qos.TWIN)
+    assert client.wait_for(lambda: sizes, 10)
+    announced = convert.object_sizes(sizes[-1])
+    assert set(announced) == {o.name for o in scene.objects}
+    for obj in scene.objects:
+        np.testing.assert_allclose(announced[obj.name], obj.extents)
     assert client.wait_for(lambda: np.nanmax(np.abs(client.joints.velocity)) < 1e-3, 10)  # fingers too
     count = len(moving)
     assert client.wait_for(lambda: len(moving) > count, 10)

@@ -231,3 +231,45 @@ def test_privileged_poses_come_from_tf_and_a_reset_forgets_them(ros_context):
         assert len(sent.commands) == 4
     finally:
         _close(node)
+
+
+def test_a_rule_on_sizes_waits_for_the_twins_sizes_and_a_reset_forgets_them(ros_context, tmp_path):
+    """A skill rule that perceives the block's size: the node forms no observation from poses
+    alone, takes the sizes from twin/object_sizes (a malformed message is refused by name and
+    changes nothing), and forgets them at a reset as it forgets the poses."""
+    import yaml
+    from std_msgs.msg import String
+
+    from r2s2r.contract.frames import WORLD
+    from r2s2r.contract.tf import tf_message
+    from r2s2r.robots.transforms import Transform
+
+    skills = tmp_path / "SKILLS.yaml"
+    skills.write_text(yaml.safe_dump({"task": "franka_block_in_bowl", "rules": [
+        {"when": {"block.size_y": [0.02, 0.045]}, "use": {"squeeze": 0.02}}]}))
+    upright = np.array([0.0, 0.0, 0.0, 1.0])
+    node = _make(ros_context, f"scripted:franka_block_in_bowl?skills={skills}", privileged_poses=True)
+    sent = Published(node)
+    errors = []
+    node._observation_failed = errors.append
+
+    def scene_seen():
+        node._on_joints(_joints(node._now()))
+        node._on_tf(tf_message([Transform(WORLD, "block", np.array([0.45, 0.12, 0.02]), upright),
+                                Transform(WORLD, "bowl", np.array([0.45, -0.18, 0.0]), upright)], node._now()))
+    try:
+        started = _call(node._on_start)
+        assert "the sizes of block on twin/object_sizes" in started.message, started.message
+        scene_seen()
+        assert node.assembler.latest() is None  # the poses, but not the size its rule perceives
+        node._on_sizes(String(data='{"block": [0.08, -1, 0.04]}'))
+        assert node.assembler.latest() is None and "twin/object_sizes" in str(errors[-1]) and "'block'" in str(errors[-1])
+        node._on_sizes(convert.object_sizes_msg({"block": [0.0825, 0.0375, 0.0375]}))
+        np.testing.assert_allclose(node.assembler.latest().object_sizes["block"], [0.0825, 0.0375, 0.0375])
+        node._tick()
+        assert len(sent.commands) == 2 and node.policy.rule is not None  # the small block's rule chose
+        assert _call(node._on_reset).success
+        scene_seen()
+        assert node.assembler.latest() is None  # the last episode's sizes are not acted on
+    finally:
+        _close(node)

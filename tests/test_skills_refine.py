@@ -17,13 +17,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from types import SimpleNamespace
+
+import numpy as np
+
 from r2s2r.config import ConfigError
 from r2s2r.eval.runner import TrialSpec, TrialWorker
 from r2s2r.eval.store import TrialStore
-from r2s2r.loop.skills_refine import RefineConfig, refine_skills
-from r2s2r.policy import load_policy
+from r2s2r.eval.tasks import load_task
+from r2s2r.loop.skills_refine import RefineConfig, perceivable_condition, refine_skills
+from r2s2r.policy import Observation, PolicyError, load_policy
 from r2s2r.policy.loader import PolicyConfig
 from r2s2r.robots import get_robot
+from r2s2r.search.campaign import SearchSpace
 from r2s2r.skills.rules import read_skills
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,7 +83,7 @@ def test_the_expert_with_the_rules_grasps_the_turned_block(refined, tmp_path):
 def test_rules_name_only_what_the_robot_perceives_and_the_task_they_are_for(tmp_path):
     hidden = tmp_path / "hidden.yaml"
     hidden.write_text(yaml.safe_dump({"task": TASK, "rules": [{"when": {"block.mass": [1, 2]}, "use": {"speed": 0.1}}]}))
-    with pytest.raises(ConfigError, match="NAME.x, NAME.y or NAME.yaw"):
+    with pytest.raises(ConfigError, match="NAME.x, NAME.y, NAME.yaw, NAME.size_x"):
         read_skills(hidden)
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"task": "franka_cup_in_microwave", "rules": []}))
@@ -100,3 +106,45 @@ def test_the_command_line_resumes_a_refinement_and_writes_the_skills_file(refine
     store = TrialStore(refined.skills.parent / "trials.sqlite")
     assert len(store.results()) == before  # nothing ran again: every trial was in the store
     store.close()
+
+
+# The expert closes its fingers to the nominal block's width less 1 cm: a block scaled to 0.75 of
+# its size (3.75 cm across) is never touched. A harder close (squeeze 2 cm) grasps it.
+SMALL_BLOCK_RULE = {"task": TASK, "rules": [{"when": {"block.size_y": [0.02, 0.045]}, "use": {"squeeze": 0.02}}]}
+
+
+def test_a_rule_on_the_blocks_perceived_size_grasps_a_small_block_and_leaves_the_others_alone(tmp_path):
+    skills = tmp_path / "SKILLS.yaml"
+    skills.write_text(yaml.safe_dump(SMALL_BLOCK_RULE))
+    policy = f"scripted:{TASK}?skills={skills}"
+    worker = TrialWorker()
+    small = {"block_scale": 0.75}
+    plain = worker.run(TrialSpec.of(f"scripted:{TASK}", TASK, small, 3))
+    assert not plain.success and plain.stage == "missed_grasp"
+    assert worker.run(TrialSpec.of(policy, TASK, small, 3)).success
+    expert, _ = worker.policy(policy, get_robot("franka_fr3"))
+    assert expert.rule is not None and expert.rule.use == {"squeeze": 0.02}
+    # It says which sizes it perceives, so policy_node waits for them as for the poses.
+    assert expert.metadata.observation.object_sizes == ("block",)
+    nominal = {"block_scale": 1.0}
+    assert worker.run(TrialSpec.of(policy, TASK, nominal, 3)).deterministic()[5:] == \
+        worker.run(TrialSpec.of(f"scripted:{TASK}", TASK, nominal, 3)).deterministic()[5:]
+    # Where nothing gives sizes, the rule cannot be judged: an error that says where sizes come from.
+    loaded = load_policy(PolicyConfig(uri=f"scripted:{TASK}", params={"skills": str(skills)}))
+    blind = Observation(0.0, {"arm": get_robot("franka_fr3").home_positions}, {"gripper": 0.08},
+                        objects={"block": (np.array([0.45, 0.12, 0.025]), np.array([1.0, 0, 0, 0]))})
+    with pytest.raises(PolicyError, match=r"block.size_y.*size of no object.*from the twin"):
+        loaded.act(blind)
+
+
+def test_a_cluster_of_scaled_blocks_becomes_a_condition_on_the_perceived_extents():
+    task = load_task(TASK)
+    space = SearchSpace(task.perturbations, None, None)
+    cluster = SimpleNamespace(conditions=[SimpleNamespace(factor="block_scale", low=0.6, high=0.8),
+                                          SimpleNamespace(factor="block_mass_scale", low=5.0, high=20.0)])
+    when = perceivable_condition(cluster, space, task.base_scene)
+    # The block is 11 x 5 x 5 cm: each extent scaled by the cluster's bounds; its mass, unseen, dropped.
+    assert set(when) == {"block.size_x", "block.size_y", "block.size_z"}
+    np.testing.assert_allclose(when["block.size_x"], (0.066, 0.088))
+    np.testing.assert_allclose(when["block.size_y"], (0.03, 0.04))
+    np.testing.assert_allclose(when["block.size_z"], (0.03, 0.04))

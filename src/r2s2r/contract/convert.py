@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
@@ -60,6 +61,30 @@ def joint_sample(msg: JointState) -> JointSample:
 
 def string_msg(text: str) -> String:
     return String(data=text)
+
+
+def object_sizes_msg(sizes: Mapping[str, Sequence[float]]) -> String:
+    """twin/object_sizes: each object's bounding-box extents along its own axes (m), as JSON
+    (no standard message carries a named size; vision_msgs is not among the wheels)."""
+    return String(data=json.dumps({name: [float(v) for v in extents] for name, extents in sizes.items()}))
+
+
+def object_sizes(msg: String) -> dict[str, np.ndarray]:
+    """The sizes of a twin/object_sizes message; ValueError says what is wrong with a bad one."""
+    expected = "a JSON object of object names to [x, y, z] extents in metres"
+    try:
+        data = json.loads(msg.data)
+    except ValueError:
+        raise ValueError(f"not JSON; expected {expected}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}; expected {expected}")
+    sizes = {}
+    for name, extents in data.items():
+        values = np.asarray(extents, float) if isinstance(extents, list) and len(extents) == 3 else None
+        if values is None or not np.all(np.isfinite(values)) or np.any(values <= 0):
+            raise ValueError(f"{name!r}: {extents!r}; expected {expected}, each positive")
+        sizes[name] = values
+    return sizes
 
 
 def float_array_msg(values: Sequence[float], label: str = "") -> Float64MultiArray:

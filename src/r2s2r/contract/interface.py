@@ -27,6 +27,7 @@ def driver_interface(groups: Sequence[str], grippers: Sequence[str], simulated: 
     if simulated:  # the twin's own: time, privileged state, rendered cameras
         publishers[Topics.CLOCK] = "rosgraph_msgs/msg/Clock"
         publishers[Topics.OBJECT_POSES] = "geometry_msgs/msg/PoseArray"
+        publishers[Topics.OBJECT_SIZES] = "std_msgs/msg/String"
         for cam in cameras:
             publishers[Topics.camera_image(cam)] = "sensor_msgs/msg/Image"
             publishers[Topics.camera_info(cam)] = "sensor_msgs/msg/CameraInfo"

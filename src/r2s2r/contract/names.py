@@ -21,6 +21,7 @@ class Topics:
     TF_STATIC = "/tf_static"
     ROBOT_DESCRIPTION = "robot_description"  # the URDF, latched, as robot_state_publisher offers it
     OBJECT_POSES = "twin/object_poses"
+    OBJECT_SIZES = "twin/object_sizes"  # std_msgs/String, JSON: object name -> bounding-box extents (m)
     CONTACTS = "twin/contacts"
 
     @staticmethod

@@ -347,6 +347,7 @@ class _Trial:
         self.loop = loop = self.driver.loop
         task.start(twin)
         self.driver.hold_here()
+        self.sizes = task.object_sizes(twin)  # fixed for the trial: the scene built them
         self.policy, config = worker.policy(spec.policy, hardware.robot)
         self.cameras = tuple(self.policy.metadata.observation.cameras)
         self.renderer = worker.renderer(spec.task, scene, twin, slot) if self.cameras else None
@@ -383,7 +384,8 @@ class _Trial:
         # (as a camera publishing on the tick would).
         images = {c: self.renderer.rgb(c) for c in self.cameras} \
             if self.renderer is not None and for_policy else {}
-        return Observation(now, joints, grippers, images=images, objects=self.task.object_poses(self.twin))
+        return Observation(now, joints, grippers, images=images, objects=self.task.object_poses(self.twin),
+                           object_sizes=self.sizes)
 
     def tick(self, observation: Observation) -> None:
         timing, twin, now = self.worker.timing, self.twin, self.twin.time

@@ -84,6 +84,10 @@ class TaskLogic(abc.ABC):
         scene's objects and every fixture body (bowls, boxes, doors)."""
         return twin.object_poses() | twin.fixture_poses()
 
+    def object_sizes(self, twin) -> dict[str, np.ndarray]:
+        """The objects' bounding-box extents (m), which a scripted expert's rules may perceive."""
+        return twin.object_sizes()
+
 
 class Task:
     def __init__(self, name: str, scene: Scene, perturbations: PerturbationSpace, time_limit_s: float,
@@ -141,6 +145,9 @@ class Task:
 
     def object_poses(self, twin) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return self.logic.object_poses(twin)
+
+    def object_sizes(self, twin) -> dict[str, np.ndarray]:
+        return self.logic.object_sizes(twin)
 
 
 # -- loading ---------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 
 1. A failure search of the task's expert (the current skill program), and its atlas.
 2. For each failure cluster, largest first: its conditions on what the robot can perceive
-   (objects' and fixtures' positions and yaw, skills.rules.FEATURE_OF_KIND) become the rule's
+   (objects' and fixtures' positions and yaw, objects' sizes: skills.rules.FEATURE_OF_KIND) become the rule's
    condition; the other conditions (mass, friction, light ...) are dropped from it, since the
    robot cannot see them. A cluster with no perceivable condition gets no rule.
 3. Each of the skill's parameter alternatives (VARIANTS: grasp axis, grasp depth, closing
@@ -33,7 +33,7 @@ from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
 from r2s2r.processes import sole_writer
 from r2s2r.search.campaign import SearchSpace, run_search
-from r2s2r.skills.rules import FEATURE_OF_KIND, Rule
+from r2s2r.skills.rules import FEATURE_OF_KIND, SIZE_FEATURES, Rule
 from r2s2r.skills.stages import yaw_of
 
 # The skill parameters' alternatives, one change from the expert's defaults each (skills.experts).
@@ -81,19 +81,21 @@ def perceivable_condition(cluster, space: SearchSpace, scene) -> dict[str, tuple
     when = {}
     for condition in cluster.conditions:
         factor = space.space.factor(condition.factor)
-        feature = FEATURE_OF_KIND.get(factor.kind)
-        if feature is None:
-            continue
         body = next((b for b in (*scene.objects, *scene.fixtures) if b.name == factor.target), None)
         if body is None:
             continue
-        yaw = body.yaw if hasattr(body, "yaw") else yaw_of(body.quat)  # a fixture's yaw, an object's quaternion
-        nominal = {"x": body.pos[0], "y": body.pos[1], "yaw": yaw}[feature]
-        key = f"{factor.target}.{feature}"
-        low, high = nominal + condition.low, nominal + condition.high
-        if key in when:  # two factors on one feature: where both hold
-            low, high = max(low, when[key][0]), min(high, when[key][1])
-        when[key] = (float(low), float(high))
+        for feature in FEATURE_OF_KIND.get(factor.kind, ()):
+            if feature in SIZE_FEATURES:  # a scale of the nominal extents
+                nominal = body.extents[SIZE_FEATURES.index(feature)]
+                low, high = nominal * condition.low, nominal * condition.high
+            else:  # an offset from the nominal pose
+                yaw = body.yaw if hasattr(body, "yaw") else yaw_of(body.quat)  # a fixture's yaw, an object's quaternion
+                nominal = {"x": body.pos[0], "y": body.pos[1], "yaw": yaw}[feature]
+                low, high = nominal + condition.low, nominal + condition.high
+            key = f"{factor.target}.{feature}"
+            if key in when:  # two factors on one feature: where both hold
+                low, high = max(low, when[key][0]), min(high, when[key][1])
+            when[key] = (float(low), float(high))
     return when
 
 

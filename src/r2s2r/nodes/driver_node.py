@@ -24,7 +24,8 @@ Parameters (config/robots/<robot>.yaml sets them, a stack may override):
   real_time_factor 1.0 paces the twin to the wall clock; 0 runs as fast as it can
   controller_state_rate_hz  rate of <group>_controller/controller_state (0 disables it)
   tf_rate_hz       rate of the links' (and the twin's objects' and fixtures') transforms on /tf (0 disables
-                   them); /tf_static and robot_description are published once, latched
+                   them), and of the twin's objects' sizes on twin/object_sizes; /tf_static and
+                   robot_description are published once, latched
   constraints.goal_time, constraints.stopped_velocity_tolerance, constraints.<joint>.trajectory,
   constraints.<joint>.goal   joint_trajectory_controller's default tolerances for the
                    follow_joint_trajectory goals (a goal's own tolerances override them)
@@ -186,6 +187,7 @@ class DriverNode(Node):
         if self.simulated:
             self.pub_clock = self.create_publisher(Clock, Topics.CLOCK, qos.CLOCK)
             self.pub_objects = self.create_publisher(PoseArray, Topics.OBJECT_POSES, qos.TWIN)
+            self.pub_sizes = self.create_publisher(String, Topics.OBJECT_SIZES, qos.TWIN)
         self.publish_depth = self._param("publish_depth")
         self.pub_images = {c: self.create_publisher(Image, Topics.camera_image(c), qos.SENSOR) for c in self.camera_names}
         self.pub_infos = {c: self.create_publisher(CameraInfo, Topics.camera_info(c), qos.SENSOR) for c in self.camera_names}
@@ -382,13 +384,16 @@ class DriverNode(Node):
 
     def _publish_tf(self, now: float, sample) -> None:
         """The moving joints' transforms at `sample`, and the twin's objects and fixtures (bowls,
-        boxes, doors) in the world: what a perception stack would give the policy."""
+        boxes, doors) in the world, with the objects' sizes: what a perception stack would give
+        the policy."""
         moving = moving_transforms(self.robot, dict(zip(sample.names, sample.position)))
         if self.simulated:
             with self.driver.lock:
                 poses = self.hardware.twin.object_poses() | self.hardware.twin.fixture_poses()
             moving += [Transform(WORLD, name, pos, np.array([q[1], q[2], q[3], q[0]]))
                        for name, (pos, q) in poses.items()]
+            # With every pose update: a policy that forgets what it saw at a reset has them again at once.
+            self.pub_sizes.publish(convert.object_sizes_msg(self.hardware.twin.object_sizes()))
         self.pub_tf.publish(tf.tf_message(moving, now + self.ros_time_offset))
 
     def _publish_images(self, now: float, images) -> None:

@@ -10,15 +10,17 @@ Parameters:
   sync_tolerance_s      how far apart joint states and images may be to form one observation
   autostart             start acting without a call to ~/start
   privileged_poses      fill the observation's object poses from the world-frame transforms on /tf
-                        (the twin's driver publishes its objects and fixtures there): for scripted
-                        experts and policies trained on privileged state, in front of the twin;
-                        ~/start and ~/reset forget them until /tf gives them again
+                        (the twin's driver publishes its objects and fixtures there), and their
+                        sizes from twin/object_sizes: for scripted experts and policies trained on
+                        privileged state, in front of the twin; ~/start and ~/reset forget them
+                        until /tf (and, for a policy whose rules perceive sizes, twin/object_sizes)
+                        gives them again
   max_observation_age_s, deadline_s, on_deadline_miss, ensemble_coefficient, replan_steps,
   max_action_age_s      override the policy config's `runtime` settings
 Set use_sim_time with the twin, so observation ages are measured on the twin's clock.
 
-Subscribes joint_states and cameras/<name>/image_raw (the policy's cameras), and /tf with
-privileged_poses; publishes
+Subscribes joint_states and cameras/<name>/image_raw (the policy's cameras), and /tf and
+twin/object_sizes with privileged_poses; publishes
 <group>_position_controller/commands and <gripper>_controller/commands; serves ~/start,
 ~/stop and ~/reset (std_srvs/Trigger), in any order, each answering what it did; reports
 inference latency, deadline misses and staleness on diagnostics once a second. Commands go out
@@ -36,7 +38,7 @@ from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from r2s2r.contract import Topics
@@ -62,17 +64,25 @@ RUNTIME_PARAMETERS = {
 
 class WithObjectPoses:
     """An observation assembler with privileged object poses (name -> (position, quaternion
-    wxyz), from `poses()`) added to each observation it forms."""
+    wxyz), from `poses()`) and sizes (name -> extents, from `sizes()`) added to each observation
+    it forms; the objects in `needs_sizes` (the policy's observation.object_sizes) must have one."""
 
-    def __init__(self, assembler: ObservationAssembler, poses: Callable[[], dict]):
+    def __init__(self, assembler: ObservationAssembler, poses: Callable[[], dict],
+                 sizes: Callable[[], dict] = dict, needs_sizes: tuple[str, ...] = ()):
         self._assembler = assembler
-        self._poses = poses
+        self._poses, self._sizes, self.needs_sizes = poses, sizes, needs_sizes
 
     def latest(self):
-        """The observation with the poses; None until there are poses (after a reset, say)."""
+        """The observation with the poses and sizes; None until there are poses and the sizes
+        needed (after a reset, say)."""
         observation = self._assembler.latest()
         poses = self._poses()
-        return None if observation is None or not poses else replace(observation, objects=poses)
+        if observation is None or not poses:
+            return None
+        sizes = self._sizes()
+        if any(name not in sizes for name in self.needs_sizes):
+            return None
+        return replace(observation, objects=poses, object_sizes=sizes)
 
     def __getattr__(self, name):
         return getattr(self._assembler, name)
@@ -113,10 +123,13 @@ class PolicyNode(Node):
 
         self.create_subscription(JointState, Topics.JOINT_STATES, self._on_joints, qos.STATE)
         self._poses: dict = {}  # privileged object poses from /tf, forgotten at every reset
+        self._sizes: dict = {}  # and their sizes, from twin/object_sizes
         if self._param("privileged_poses", False):
             from r2s2r.contract import tf
             self.create_subscription(tf.TFMessage, Topics.TF, self._on_tf, qos.TF)
-            self.assembler = WithObjectPoses(self.assembler, lambda: self._poses)
+            self.create_subscription(String, Topics.OBJECT_SIZES, self._on_sizes, qos.TWIN)
+            self.assembler = WithObjectPoses(self.assembler, lambda: self._poses, lambda: self._sizes,
+                                             metadata.observation.object_sizes)
         for camera in metadata.observation.cameras:
             self.create_subscription(Image, Topics.camera_image(camera),
                                      lambda msg, c=camera: self._on_image(c, msg), qos.SENSOR)
@@ -180,6 +193,12 @@ class PolicyNode(Node):
         # One assignment: a tick reads a whole dict, never a half-merged one.
         self._poses = {**self._poses, **tf.poses_in(msg, WORLD)}
 
+    def _on_sizes(self, msg: String) -> None:
+        try:
+            self._sizes = {**self._sizes, **convert.object_sizes(msg)}
+        except ValueError as error:
+            self._observation_failed(f"{Topics.OBJECT_SIZES}: {error}")
+
     def _on_image(self, camera: str, msg: Image) -> None:
         try:
             if msg.encoding not in ("rgb8", "bgr8"):
@@ -197,7 +216,7 @@ class PolicyNode(Node):
         what failed (the node then stops). Object poses are forgotten too: the last episode's
         would place the new one's objects where the old ones ended."""
         self.assembler.clear()
-        self._poses = {}
+        self._poses, self._sizes = {}, {}
         try:
             self.runtime.reset()
         except Exception as exc:  # a policy's own reset (a remote server, say) failing must not end the node
@@ -212,6 +231,8 @@ class PolicyNode(Node):
         cameras = self.policy.metadata.observation.cameras
         return ("; no command until joint_states" + "".join(f" and {Topics.camera_image(c)}" for c in cameras)
                 + (f" and the objects' poses on {Topics.TF}" if isinstance(self.assembler, WithObjectPoses) else "")
+                + (f" and the sizes of {', '.join(self.assembler.needs_sizes)} on {Topics.OBJECT_SIZES}"
+                   if getattr(self.assembler, "needs_sizes", ()) else "")
                 + " form an observation")
 
     def _start(self) -> tuple[bool, str]:

@@ -78,12 +78,14 @@ class ObservationSpace(ActionSpace):
     policy takes the image as it comes (a remote server resizes for itself). `environment`
     names objects whose poses (position xyz, quaternion wxyz) follow the grippers in the state:
     privileged, given by the twin only, so such a policy runs in the evaluation engine, or on the
-    live graph in front of the twin with policy_node's privileged_poses.
+    live graph in front of the twin with policy_node's privileged_poses. `object_sizes` names
+    objects whose sizes the policy perceives (a skill rule's condition), from the same sources.
     """
 
     cameras: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     task: bool = False
     environment: tuple[str, ...] = ()
+    object_sizes: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -94,11 +96,13 @@ class ObservationSpace(ActionSpace):
                                    "task": self.task}
         if self.environment:
             out["environment"] = list(self.environment)
+        if self.object_sizes:
+            out["object_sizes"] = list(self.object_sizes)
         return out
 
     @classmethod
     def from_section(cls, sec: Section) -> "ObservationSpace":
-        sec.reject_unknown({"joints", "grippers", "cameras", "task", "environment"})
+        sec.reject_unknown({"joints", "grippers", "cameras", "task", "environment", "object_sizes"})
         cameras_raw = sec.raw("cameras", {}) or {}
         if isinstance(cameras_raw, list):
             cameras_raw = {name: None for name in _as_names(sec.source, sec.key("cameras"), cameras_raw)}
@@ -114,7 +118,8 @@ class ObservationSpace(ActionSpace):
         return cls(_as_dims(sec.source, sec.key("joints"), sec.raw("joints")),
                    _as_names(sec.source, sec.key("grippers"), sec.raw("grippers", [])),
                    cameras, sec.boolean("task", False),
-                   _as_names(sec.source, sec.key("environment"), sec.raw("environment", [])))
+                   _as_names(sec.source, sec.key("environment"), sec.raw("environment", [])),
+                   _as_names(sec.source, sec.key("object_sizes"), sec.raw("object_sizes", [])))
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,9 @@ class Observation:
 
     `objects` holds privileged object poses (position xyz, quaternion wxyz) by object name: the
     in-process evaluation engine fills it for scripted experts; on the ROS graph it is empty
-    unless policy_node reads them from the twin's /tf (privileged_poses).
+    unless policy_node reads them from the twin's /tf (privileged_poses). `object_sizes` holds
+    their bounding boxes' extents along their own axes (m), from the same sources (on the graph,
+    the twin's twin/object_sizes).
     """
 
     stamp: float
@@ -184,6 +191,7 @@ class Observation:
     # Privileged object poses, name -> (position xyz, quaternion wxyz): the twin gives them to
     # scripted experts (eval.tasks.Task.object_poses); a learned policy does not see them.
     objects: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    object_sizes: dict[str, np.ndarray] = field(default_factory=dict)
 
     def state(self, space: ActionSpace) -> np.ndarray:
         """The flat state vector: `space`'s groups in order, then its grippers."""

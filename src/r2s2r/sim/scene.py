@@ -46,6 +46,18 @@ class ObjectSpec:
         return self.size[1] / 2 + (self.size[0] if self.shape == "capsule" else 0.0)
 
     @property
+    def extents(self) -> tuple[float, float, float]:
+        """Its bounding box's full extents along its own x, y and z axes (m): what a camera
+        measures of it."""
+        if self.shape == "box":
+            return tuple(float(s) for s in self.size[:3])
+        radius = float(self.size[0])
+        if self.shape == "sphere":
+            return (2 * radius,) * 3
+        height = float(self.size[1]) + (2 * radius if self.shape == "capsule" else 0.0)
+        return (2 * radius, 2 * radius, height)
+
+    @property
     def footprint_radius(self) -> float:
         """The radius of the circle that bounds it seen from above, at any yaw."""
         return math.hypot(self.size[0], self.size[1]) / 2 if self.shape == "box" else self.size[0]

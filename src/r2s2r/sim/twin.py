@@ -394,6 +394,10 @@ class Twin:
         return {name: (self.object_pos[i].copy(), self.object_quat[i].copy())
                 for i, name in enumerate(self.object_names)}
 
+    def object_sizes(self) -> dict[str, np.ndarray]:
+        """Each object's bounding-box extents along its own axes (m), as the scene built it."""
+        return {o.name: np.array(o.extents) for o in self.scene.objects}
+
     def displace_object(self, name: str, position) -> None:
         """Put object `name` at `position` (world, m), at rest: what knocking it away does (a
         soak's drill of an intervention)."""

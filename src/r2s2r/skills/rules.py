@@ -10,9 +10,10 @@ A SKILLS.yaml (written by `r2s2r skills refine`, loaded by `scripted:<task>` wit
         found: {cluster: missed_grasp, ...}     # what refinement measured; not read here
 
 A condition names only what the robot can perceive: an object's or fixture's position
-(`NAME.x`, `NAME.y`, metres, world frame) and yaw (`NAME.yaw`, radians about the vertical),
-read from the first observation of the episode. Hidden quantities (mass, friction, gains) are
-never conditions. The first rule whose conditions all hold chooses the parameters, over the
+(`NAME.x`, `NAME.y`, metres, world frame) and yaw (`NAME.yaw`, radians about the vertical), and
+an object's size (`NAME.size_x`, `NAME.size_y`, `NAME.size_z`: its bounding box's extents along
+its own axes, metres), read from the first observation of the episode. Hidden quantities (mass,
+friction, gains) are never conditions. The first rule whose conditions all hold chooses the parameters, over the
 policy's own; with none, the expert runs as it is.
 """
 
@@ -20,25 +21,38 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
+
+import numpy as np
 
 from r2s2r.config import Section, load_yaml
 from r2s2r.policy.types import Observation, PolicyError
 from r2s2r.skills.stages import yaw_of
 
-FEATURES = ("x", "y", "yaw")
-# Perturbation kinds whose value a feature perceives: kind -> the feature of its target.
-FEATURE_OF_KIND = {"object_x": "x", "object_y": "y", "object_yaw": "yaw",
-                   "fixture_x": "x", "fixture_y": "y", "fixture_yaw": "yaw"}
+POSE_FEATURES = ("x", "y", "yaw")
+SIZE_FEATURES = ("size_x", "size_y", "size_z")
+FEATURES = POSE_FEATURES + SIZE_FEATURES
+FEATURES_EXPECTED = "NAME.x, NAME.y, NAME.yaw, NAME.size_x, NAME.size_y or NAME.size_z"
+# Perturbation kinds whose value features perceive: kind -> the features of its target (a scale
+# changes every extent of the object).
+FEATURE_OF_KIND = {"object_x": ("x",), "object_y": ("y",), "object_yaw": ("yaw",),
+                   "fixture_x": ("x",), "fixture_y": ("y",), "fixture_yaw": ("yaw",),
+                   "object_scale": SIZE_FEATURES}
 
 
 def perceive(observation: Observation, feature: str) -> float:
-    """`NAME.x`, `NAME.y` or `NAME.yaw` of what `observation` shows."""
+    """The value of `feature` (FEATURES_EXPECTED) in what `observation` shows."""
     name, _, what = feature.rpartition(".")
-    if what not in FEATURES or name not in observation.objects:
-        raise KeyError(f"feature {feature!r}: expected NAME.x, NAME.y or NAME.yaw of one of "
+    if what in SIZE_FEATURES:
+        if name not in observation.object_sizes:
+            raise KeyError(f"feature {feature!r}: the observation gives the size of "
+                           f"{', '.join(sorted(observation.object_sizes)) or 'no object'} (sizes come from the "
+                           "twin: the evaluation engine, or policy_node's privileged_poses in front of it)")
+        return float(np.asarray(observation.object_sizes[name], float)[SIZE_FEATURES.index(what)])
+    if what not in POSE_FEATURES or name not in observation.objects:
+        raise KeyError(f"feature {feature!r}: expected {FEATURES_EXPECTED} of one of "
                        f"{', '.join(sorted(observation.objects)) or 'no object'}")
     pos, quat = observation.objects[name]
     return float(pos[0] if what == "x" else pos[1] if what == "y" else yaw_of(quat))
@@ -74,7 +88,7 @@ def read_skills(path: str | Path) -> tuple[str, list[Rule]]:
         when = {}
         for feature in sec.section("when").data:
             if feature.rpartition(".")[2] not in FEATURES:
-                raise sec.error("when", "features NAME.x, NAME.y or NAME.yaw (what the robot perceives)", feature)
+                raise sec.error("when", f"features {FEATURES_EXPECTED} (what the robot perceives)", feature)
             low, high = sec.section("when").vector(feature, 2)
             if low > high:
                 raise sec.error("when", f"[low, high] with low <= high for {feature}", [low, high])
@@ -90,7 +104,11 @@ class RuleExpert:
     def __init__(self, build: Callable[[Mapping], object], rules: list[Rule]):
         self.build, self.rules = build, rules
         self.default = build({})
-        self.metadata = self.default.metadata
+        metadata = self.default.metadata
+        sized = tuple(sorted({f.rpartition(".")[0] for r in rules for f in r.when
+                              if f.rpartition(".")[2] in SIZE_FEATURES}))
+        # It perceives the sizes its rules name: policy_node waits for them as for the poses.
+        self.metadata = replace(metadata, observation=replace(metadata.observation, object_sizes=sized))
         self._variants: dict[str, object] = {}  # built once: an expert compiles its IK model
         self.reset()
 
@@ -115,4 +133,4 @@ class RuleExpert:
         return self._variants[key]
 
 
-__all__ = ["Rule", "RuleExpert", "read_skills", "perceive", "FEATURES", "FEATURE_OF_KIND"]
+__all__ = ["Rule", "RuleExpert", "read_skills", "perceive", "FEATURES", "SIZE_FEATURES", "FEATURE_OF_KIND"]
