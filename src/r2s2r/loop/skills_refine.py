@@ -39,7 +39,7 @@ from r2s2r.skills.stages import yaw_of
 # The skill parameters' alternatives, one change from the expert's defaults each (skills.experts).
 VARIANTS = {
     "franka_block_in_bowl": [{"grasp_yaw": "object"}, {"grasp_offset": 0.01}, {"grasp_offset": -0.01},
-                             {"squeeze": 0.02}, {"speed": 0.15}, {"grasp_retries": 1}],
+                             {"squeeze": 0.02}, {"squeeze": 0.03}, {"speed": 0.15}, {"grasp_retries": 1}],
 }
 SKILLS_FILE = "SKILLS.yaml"
 
