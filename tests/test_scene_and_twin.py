@@ -155,3 +155,22 @@ def test_twins_of_perturbed_scenes_share_a_gl_context_with_the_same_frames():
     del doomed
     gc.collect()
     assert np.array_equal(survivor.rgb("scene"), first)
+
+
+def test_each_objects_size_is_its_bounding_box_along_its_own_axes():
+    from r2s2r.sim.scene import ObjectSpec
+    expected = {"box": ([0.11, 0.05, 0.04], (0.11, 0.05, 0.04)), "cylinder": ([0.025, 0.1], (0.05, 0.05, 0.1)),
+                "capsule": ([0.02, 0.1], (0.04, 0.04, 0.14)), "sphere": ([0.03], (0.06, 0.06, 0.06))}
+    for shape, (size, extents) in expected.items():
+        np.testing.assert_allclose(ObjectSpec(shape, shape, tuple(size)).extents, extents, err_msg=shape)
+    # The twin's, against the geoms MuJoCo compiled (half sizes; a cylinder's radius and half height).
+    scene = load_scene("config/scenes/franka_table.yaml")
+    twin = Twin(scene)
+    sizes = twin.object_sizes()
+    assert set(sizes) == {o.name for o in scene.objects}
+    for obj in scene.objects:
+        geom = twin.model.body(obj.name).geomadr[0]
+        half = twin.model.geom_size[geom]
+        compiled = {"box": 2 * half, "sphere": [2 * half[0]] * 3, "cylinder": [2 * half[0], 2 * half[0], 2 * half[1]],
+                    "capsule": [2 * half[0], 2 * half[0], 2 * (half[1] + half[0])]}[obj.shape]
+        np.testing.assert_allclose(sizes[obj.name], compiled, err_msg=obj.name)
