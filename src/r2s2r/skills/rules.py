@@ -13,8 +13,8 @@ A condition names only what the robot can perceive: an object's or fixture's pos
 (`NAME.x`, `NAME.y`, metres, world frame) and yaw (`NAME.yaw`, radians about the vertical), and
 an object's size (`NAME.size_x`, `NAME.size_y`, `NAME.size_z`: its bounding box's extents along
 its own axes, metres), read from the first observation of the episode. Hidden quantities (mass,
-friction, gains) are never conditions. The first rule whose conditions all hold chooses the parameters, over the
-policy's own; with none, the expert runs as it is.
+friction, gains) are never conditions. The first rule whose conditions all hold chooses the
+parameters, over the policy's own; with none, the expert runs as it is.
 """
 
 from __future__ import annotations
