@@ -148,3 +148,27 @@ def test_a_cluster_of_scaled_blocks_becomes_a_condition_on_the_perceived_extents
     np.testing.assert_allclose(when["block.size_x"], (0.066, 0.088))
     np.testing.assert_allclose(when["block.size_y"], (0.03, 0.04))
     np.testing.assert_allclose(when["block.size_z"], (0.03, 0.04))
+
+
+def test_a_rule_on_the_arms_start_perceives_its_own_joints(tmp_path):
+    task = load_task(TASK)
+    space = SearchSpace(task.perturbations, None, None)
+    fr3 = get_robot("franka_fr3")
+    cluster = SimpleNamespace(conditions=[SimpleNamespace(factor="joint1_offset", low=0.1, high=0.3)])
+    when = perceivable_condition(cluster, space, task.base_scene)
+    assert set(when) == {"fr3_joint1.position"}
+    np.testing.assert_allclose(when["fr3_joint1.position"], (fr3.home["fr3_joint1"] + 0.1, fr3.home["fr3_joint1"] + 0.3))
+    rule = {"when": {"fr3_joint1.position": list(when["fr3_joint1.position"])}, "use": {"speed": 0.15}}
+    scene = {"block": (np.array([0.45, 0.12, 0.025]), np.array([1.0, 0, 0, 0])),
+             "bowl": (np.array([0.45, -0.18, 0.0]), np.array([1.0, 0, 0, 0]))}
+
+    def chosen(skills, joint1_offset):
+        expert = load_policy(PolicyConfig(uri=f"scripted:{TASK}", params={"skills": str(skills)}))
+        start = fr3.home_positions + np.eye(7)[0] * joint1_offset
+        expert.act(Observation(0.0, {"arm": start}, {"gripper": 0.08}, objects=scene))
+        return expert.rule
+
+    skills = tmp_path / "SKILLS.yaml"
+    skills.write_text(yaml.safe_dump({"task": TASK, "rules": [rule]}))
+    assert chosen(skills, 0.2) is not None and chosen(skills, 0.2).use == {"speed": 0.15}
+    assert chosen(skills, 0.0) is None and chosen(skills, 0.35) is None

@@ -5,9 +5,10 @@
 
 1. A failure search of the task's expert (the current skill program), and its atlas.
 2. For each failure cluster, largest first: its conditions on what the robot can perceive
-   (objects' and fixtures' positions and yaw, objects' sizes: skills.rules.FEATURE_OF_KIND) become the rule's
-   condition; the other conditions (mass, friction, light ...) are dropped from it, since the
-   robot cannot see them. A cluster with no perceivable condition gets no rule.
+   (objects' and fixtures' positions and yaw, objects' sizes, the arm's joints at the start:
+   skills.rules.FEATURE_OF_KIND) become the rule's condition; the other conditions (mass,
+   friction, light ...) are dropped from it, since the robot cannot see them. A cluster with no
+   perceivable condition gets no rule.
 3. Each of the skill's parameter alternatives (VARIANTS: grasp axis, grasp depth, closing
    force, transport speed, recovery) runs on the same trials drawn where the condition holds;
    the best, if it beats the expert there, is the rule's candidate.
@@ -33,7 +34,8 @@ from r2s2r.eval.store import TrialStore
 from r2s2r.eval.tasks import load_task
 from r2s2r.processes import sole_writer
 from r2s2r.search.campaign import SearchSpace, run_search
-from r2s2r.skills.rules import FEATURE_OF_KIND, SIZE_FEATURES, Rule
+from r2s2r.robots import get_robot
+from r2s2r.skills.rules import FEATURE_OF_KIND, JOINT_FEATURE, SIZE_FEATURES, Rule
 from r2s2r.skills.stages import yaw_of
 
 # The skill parameters' alternatives, one change from the expert's defaults each (skills.experts).
@@ -79,13 +81,16 @@ class Refined:
 def perceivable_condition(cluster, space: SearchSpace, scene) -> dict[str, tuple[float, float]]:
     """The cluster's conditions on what the robot perceives, as feature bounds in the world."""
     when = {}
+    home = get_robot(scene.robot).home
     for condition in cluster.conditions:
         factor = space.space.factor(condition.factor)
         body = next((b for b in (*scene.objects, *scene.fixtures) if b.name == factor.target), None)
-        if body is None:
+        if body is None and factor.target not in home:
             continue
         for feature in FEATURE_OF_KIND.get(factor.kind, ()):
-            if feature in SIZE_FEATURES:  # a scale of the nominal extents
+            if feature == JOINT_FEATURE:  # an offset from the joint's home position
+                low, high = home[factor.target] + condition.low, home[factor.target] + condition.high
+            elif feature in SIZE_FEATURES:  # a scale of the nominal extents
                 nominal = body.extents[SIZE_FEATURES.index(feature)]
                 low, high = nominal * condition.low, nominal * condition.high
             else:  # an offset from the nominal pose

@@ -540,7 +540,7 @@ def _with_rules(task_name: str, task: Task, params: Section, build) -> RuleExper
         raise params.error("skills", f"rules for {task_name}; {path} holds rules for {skills_task}", str(path))
     own = {k: v for k, v in params.data.items() if k != "skills"}
     return RuleExpert(lambda use: build(task, Section({**own, **use}, params.source, params.path),
-                                        f"scripted:{task_name}"), rules)
+                                        f"scripted:{task_name}"), rules, get_robot(task.robot))
 
 
 def _factory(task_name: str, build):

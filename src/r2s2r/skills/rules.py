@@ -12,9 +12,10 @@ A SKILLS.yaml (written by `r2s2r skills refine`, loaded by `scripted:<task>` wit
 A condition names only what the robot can perceive: an object's or fixture's position
 (`NAME.x`, `NAME.y`, metres, world frame) and yaw (`NAME.yaw`, radians about the vertical), and
 an object's size (`NAME.size_x`, `NAME.size_y`, `NAME.size_z`: its bounding box's extents along
-its own axes, metres), read from the first observation of the episode. Hidden quantities (mass,
-friction, gains) are never conditions. The first rule whose conditions all hold chooses the
-parameters, over the policy's own; with none, the expert runs as it is.
+its own axes, metres), and the robot's own joints (`JOINT.position`, radians), read from the
+first observation of the episode. Hidden quantities (mass, friction, gains) are never
+conditions. The first rule whose conditions all hold chooses the parameters, over the policy's
+own; with none, the expert runs as it is.
 """
 
 from __future__ import annotations
@@ -33,18 +34,26 @@ from r2s2r.skills.stages import yaw_of
 
 POSE_FEATURES = ("x", "y", "yaw")
 SIZE_FEATURES = ("size_x", "size_y", "size_z")
-FEATURES = POSE_FEATURES + SIZE_FEATURES
-FEATURES_EXPECTED = "NAME.x, NAME.y, NAME.yaw, NAME.size_x, NAME.size_y or NAME.size_z"
+JOINT_FEATURE = "position"
+FEATURES = POSE_FEATURES + SIZE_FEATURES + (JOINT_FEATURE,)
+FEATURES_EXPECTED = "NAME.x, NAME.y, NAME.yaw, NAME.size_x, NAME.size_y, NAME.size_z or JOINT.position"
 # Perturbation kinds whose value features perceive: kind -> the features of its target (a scale
 # changes every extent of the object).
 FEATURE_OF_KIND = {"object_x": ("x",), "object_y": ("y",), "object_yaw": ("yaw",),
                    "fixture_x": ("x",), "fixture_y": ("y",), "fixture_yaw": ("yaw",),
-                   "object_scale": SIZE_FEATURES}
+                   "object_scale": SIZE_FEATURES, "joint_offset": (JOINT_FEATURE,)}
 
 
-def perceive(observation: Observation, feature: str) -> float:
-    """The value of `feature` (FEATURES_EXPECTED) in what `observation` shows."""
+def perceive(observation: Observation, feature: str, joints: Mapping[str, tuple[str, int]] | None = None) -> float:
+    """The value of `feature` (FEATURES_EXPECTED) in what `observation` shows; `joints` places
+    each joint of the robot in the observation (name -> (group, index))."""
     name, _, what = feature.rpartition(".")
+    if what == JOINT_FEATURE:
+        if not joints or name not in joints or joints[name][0] not in observation.joints:
+            raise KeyError(f"feature {feature!r}: the observation gives the position of "
+                           f"{', '.join(sorted(joints or {})) or 'no joint'}")
+        group, index = joints[name]
+        return float(np.asarray(observation.joints[group], float)[index])
     if what in SIZE_FEATURES:
         if name not in observation.object_sizes:
             raise KeyError(f"feature {feature!r}: the observation gives the size of "
@@ -64,9 +73,9 @@ class Rule:
     use: dict  # the expert's parameters
     found: dict = field(default_factory=dict)  # what refinement measured
 
-    def applies(self, observation: Observation) -> bool:
+    def applies(self, observation: Observation, joints: Mapping[str, tuple[str, int]] | None = None) -> bool:
         for feature, (low, high) in self.when.items():
-            value = perceive(observation, feature)
+            value = perceive(observation, feature, joints)
             if feature.endswith(".yaw"):  # the same angle, in [low, low + 2 pi)
                 value = low + (value - low) % (2 * math.pi)
             if not low - 1e-9 <= value <= high + 1e-9:
@@ -99,10 +108,12 @@ def read_skills(path: str | Path) -> tuple[str, list[Rule]]:
 
 class RuleExpert:
     """An expert whose parameters the first applicable rule chooses at each episode's first
-    observation; `build(overrides)` makes the expert with those parameters over its own."""
+    observation; `build(overrides)` makes the expert with those parameters over its own. `robot`
+    (a RobotSpec) places the joints a rule perceives."""
 
-    def __init__(self, build: Callable[[Mapping], object], rules: list[Rule]):
+    def __init__(self, build: Callable[[Mapping], object], rules: list[Rule], robot=None):
         self.build, self.rules = build, rules
+        self.joints = {} if robot is None else {j: (g.name, i) for g in robot.groups for i, j in enumerate(g.joints)}
         self.default = build({})
         metadata = self.default.metadata
         sized = tuple(sorted({f.rpartition(".")[0] for r in rules for f in r.when
@@ -119,7 +130,7 @@ class RuleExpert:
     def act(self, observation: Observation):
         if self.current is None:
             try:
-                self.rule = next((r for r in self.rules if r.applies(observation)), None)
+                self.rule = next((r for r in self.rules if r.applies(observation, self.joints)), None)
             except KeyError as exc:
                 raise PolicyError(f"skill rules: {exc.args[0]}") from None
             self.current = self.default if self.rule is None else self._variant(self.rule.use)
@@ -133,4 +144,5 @@ class RuleExpert:
         return self._variants[key]
 
 
-__all__ = ["Rule", "RuleExpert", "read_skills", "perceive", "FEATURES", "SIZE_FEATURES", "FEATURE_OF_KIND"]
+__all__ = ["Rule", "RuleExpert", "read_skills", "perceive", "FEATURES", "SIZE_FEATURES", "JOINT_FEATURE",
+           "FEATURE_OF_KIND"]
