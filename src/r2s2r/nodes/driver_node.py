@@ -188,6 +188,8 @@ class DriverNode(Node):
             self.pub_clock = self.create_publisher(Clock, Topics.CLOCK, qos.CLOCK)
             self.pub_objects = self.create_publisher(PoseArray, Topics.OBJECT_POSES, qos.TWIN)
             self.pub_sizes = self.create_publisher(String, Topics.OBJECT_SIZES, qos.TWIN)
+            # Built once: a driver's twin keeps its scene, and this goes out with every /tf.
+            self._sizes_msg = convert.object_sizes_msg(self.hardware.twin.object_sizes())
         self.publish_depth = self._param("publish_depth")
         self.pub_images = {c: self.create_publisher(Image, Topics.camera_image(c), qos.SENSOR) for c in self.camera_names}
         self.pub_infos = {c: self.create_publisher(CameraInfo, Topics.camera_info(c), qos.SENSOR) for c in self.camera_names}
@@ -393,7 +395,7 @@ class DriverNode(Node):
             moving += [Transform(WORLD, name, pos, np.array([q[1], q[2], q[3], q[0]]))
                        for name, (pos, q) in poses.items()]
             # With every pose update: a policy that forgets what it saw at a reset has them again at once.
-            self.pub_sizes.publish(convert.object_sizes_msg(self.hardware.twin.object_sizes()))
+            self.pub_sizes.publish(self._sizes_msg)
         self.pub_tf.publish(tf.tf_message(moving, now + self.ros_time_offset))
 
     def _publish_images(self, now: float, images) -> None:

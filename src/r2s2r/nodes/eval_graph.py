@@ -128,7 +128,8 @@ def run_trial(spec: TrialSpec, real_time_factor: float = 1.0, task_cache: dict |
             def poses():
                 with lock:
                     return task.object_poses(twin)
-            policy.assembler = WithObjectPoses(policy.assembler, poses, lambda: task.object_sizes(twin),
+            sizes = task.object_sizes(twin)  # fixed for the trial: the scene built them
+            policy.assembler = WithObjectPoses(policy.assembler, poses, lambda: sizes,
                                                policy.policy.metadata.observation.object_sizes)
             graph.spin()
             policy._start()  # what its ~/start service does: reset the runtime, begin acting
