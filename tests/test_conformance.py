@@ -241,8 +241,10 @@ def run_action_sequence(client, robot, seen: dict) -> None:
                                        ends(ABORTED, -2, "unknown joint names"))
     seen["invalid goal"] = goal_step(lambda: follow(group.name, joints, [1.0, 0.5], [start, start]),
                                      ends(ABORTED, -1, "must increase strictly"))
+    # Half the clock's age ago, so a 0.1 s trajectory long over: the twin's clock starts at 0 and
+    # trails the wall under load, and a fixed offset back could reach 0 or less, which means "start now".
     seen["old header timestamp"] = goal_step(
-        lambda: follow(group.name, joints, [1.0], [start], stamp=client.joints.stamp - 5.0),
+        lambda: follow(group.name, joints, [0.1], [start], stamp=0.5 * client.joints.stamp),
         ends(ABORTED, -3, "header.stamp"))
     seen["path tolerance violated"] = goal_step(
         # Ten times faster than the arm can go; long enough for state ticks to check it on the way.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r2s2r.contract import CommandError, JointSample
+from r2s2r.contract import CommandError, JointSample, StaleCommandError
 from r2s2r.hardware.base import Hardware, HardwareError, Lifecycle, LinkLost
 from r2s2r.hardware.driver import ERROR, OK, RECONNECT_BACKOFF_S, WARN, Driver
 from r2s2r.hardware.sim import SimHardware
@@ -201,6 +201,9 @@ def test_the_core_steps_the_twin_and_refuses_bad_commands_while_the_arm_holds():
         driver.command_positions("arm", FR3.home_positions + 10.0)
     with pytest.raises(CommandError, match="ahead of the robot clock"):
         driver.command_trajectory("arm", FR3.joint_names, 100.0, [1.0], [FR3.home_positions])
+    # A stamp before the clock's zero (a real robot's clock starts at boot) is a time long over, not "now".
+    with pytest.raises(StaleCommandError, match="ended"):
+        driver.command_trajectory("arm", FR3.joint_names, -5.0, [1.0], [FR3.home_positions])
     held = driver.step(0.3).positions_of(FR3.joint_names)
     assert np.max(np.abs(held - start)) < 1e-3
     assert driver.reset()[0] and driver.hardware.now == 0.0

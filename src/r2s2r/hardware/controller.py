@@ -169,7 +169,7 @@ class JointController:
                 current = self.limiter.position[g.index].copy()
                 current_velocity = self.limiter.velocity[g.index].copy()
             try:
-                sampler = TrajectorySampler(stamp if stamp > 0 else now, times, positions, velocities,
+                sampler = TrajectorySampler(stamp if stamp != 0 else now, times, positions, velocities,
                                             accelerations, current, current_velocity)
             except ValueError as exc:
                 raise CommandError(f"{label}: {exc}") from None

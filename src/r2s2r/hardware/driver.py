@@ -196,7 +196,7 @@ class Driver:
                                f"clock ({now:.3f} s); expected 0 (start now) or a time on the robot's clock "
                                "(use_sim_time for the twin)")
         times = np.asarray(times, float).ravel()
-        if stamp > 0 and times.size and np.isfinite(times[-1]) and stamp + times[-1] < now:
+        if stamp != 0 and times.size and np.isfinite(times[-1]) and stamp + times[-1] < now:
             raise StaleCommandError(
                 f"{what}: header.stamp {stamp:.3f} s plus the last time_from_start {times[-1]:.3f} s ended "
                 f"{now - stamp - times[-1]:.3f} s before the robot clock's {now:.3f} s; expected 0 (start now) "

@@ -92,6 +92,11 @@ class ControllerActions:
                 handle_accepted_callback=lambda handle, g=spec.name, a=action: self._accept_gripper(g, a, handle),
                 cancel_callback=lambda handle: CancelResponse.ACCEPT, callback_group=group))
 
+    def to_robot_clock(self, ros_stamp: float) -> float:
+        """A trajectory's header stamp on the robot's clock: 0 stays 0 (start now, the ROS rule); any
+        other stamp is a time, even one before the robot clock's zero (long over, so refused as old)."""
+        return ros_stamp - self.ros_time_offset if ros_stamp != 0 else 0.0
+
     @property
     def executing_limit(self) -> int:
         """Goals that may execute at once: one per group and per gripper."""
@@ -108,8 +113,7 @@ class ControllerActions:
         else:
             tolerance = [(t.name, t.position, t.velocity, t.acceleration) for t in request.path_tolerance]
             goal_tolerance = [(t.name, t.position, t.velocity, t.acceleration) for t in request.goal_tolerance]
-            stamp = stamp - self.ros_time_offset if stamp > 0 else 0.0  # onto the robot's clock
-            goal.start(names, stamp, times, positions, velocities, accelerations, self.tolerances, tolerance,
+            goal.start(names, self.to_robot_clock(stamp), times, positions, velocities, accelerations, self.tolerances, tolerance,
                        goal_tolerance, convert.from_time(request.goal_time_tolerance),
                        multi_dof_points=len(request.multi_dof_trajectory.points))
         self._take(group, goal, goal_handle)

@@ -271,8 +271,7 @@ class DriverNode(Node):
         try:
             self.driver.accepting(what)  # a refusal says why before the message is looked at
             names, stamp, times, pos, vel, acc = convert.trajectory_arrays(msg)
-            stamp = stamp - self.ros_time_offset if stamp > 0 else 0.0  # onto the robot's clock
-            self.driver.command_trajectory(group, names, stamp, times, pos, vel, acc, what=what)
+            self.driver.command_trajectory(group, names, self.actions.to_robot_clock(stamp), times, pos, vel, acc, what=what)
         except CommandError as error:
             self._report(error)
 
