@@ -30,7 +30,7 @@ from r2s2r.policy import Observation, PolicyError, load_policy
 from r2s2r.policy.loader import PolicyConfig
 from r2s2r.robots import get_robot
 from r2s2r.search.campaign import SearchSpace
-from r2s2r.skills.rules import read_skills
+from r2s2r.skills.rules import Rule, RuleExpert, read_skills
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "franka_block_in_bowl"
@@ -39,8 +39,9 @@ TASK = "franka_block_in_bowl"
 @pytest.fixture(scope="module")
 def refined(tmp_path_factory):
     out = tmp_path_factory.mktemp("refine") / "SKILLS_refine"  # where `--out .../SKILLS.yaml` keeps its trials
+    # No rule for everywhere here (turning every grasp would serve this space too): the rules on regions.
     config = RefineConfig(task=TASK, budget=30, factors=("block_yaw", "block_x"), trials_per_variant=4,
-                          validation_trials=10, seed=0)
+                          validation_trials=10, everywhere_rounds=0, seed=0)
     return refine_skills(config, out, workers=2, progress=False)
 
 
@@ -98,7 +99,7 @@ def test_the_command_line_resumes_a_refinement_and_writes_the_skills_file(refine
     store.close()
     run = subprocess.run([sys.executable, "-m", "r2s2r.cli", "skills", "refine", "--task", TASK, "--factors",
                           "block_yaw,block_x", "--budget", "30", "--trials-per-variant", "4", "--validation-trials",
-                          "10", "--workers", "2", "--no-progress", "--out", str(out)],
+                          "10", "--everywhere-rounds", "0", "--workers", "2", "--no-progress", "--out", str(out)],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "rule: when" in run.stdout and "dropped: cluster" in run.stdout
@@ -172,3 +173,63 @@ def test_a_rule_on_the_arms_start_perceives_its_own_joints(tmp_path):
     skills.write_text(yaml.safe_dump({"task": TASK, "rules": [rule]}))
     assert chosen(skills, 0.2) is not None and chosen(skills, 0.2).use == {"speed": 0.15}
     assert chosen(skills, 0.0) is None and chosen(skills, 0.35) is None
+
+
+def test_a_rule_without_conditions_lies_under_the_others_and_holds_where_none_does(tmp_path):
+    built = []
+    expert_itself = load_policy(PolicyConfig(uri=f"scripted:{TASK}"))
+
+    def build(use):
+        built.append(dict(use))
+        return expert_itself
+
+    turn = Rule({"block.yaw": (1.0, 2.0)}, {"grasp_yaw": "object"})
+    harder = Rule({}, {"squeeze": 0.03})
+    expert = RuleExpert(build, [harder, turn], get_robot("franka_fr3"))
+    home = get_robot("franka_fr3").home_positions
+
+    def first_action(yaw):
+        expert.reset()
+        quat = np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+        expert.act(Observation(0.0, {"arm": home}, {"gripper": 0.08},
+                               objects={"block": (np.array([0.45, 0.1, 0.025]), quat),
+                                        "bowl": (np.array([0.45, -0.2, 0.0]), np.array([1.0, 0, 0, 0]))}))
+        return built[-1], expert.rule
+
+    # The conditioned rule wins where it holds, over the unconditioned one's parameters.
+    assert first_action(1.4) == ({"squeeze": 0.03, "grasp_yaw": "object"}, turn)
+    assert first_action(0.2) == ({"squeeze": 0.03}, harder)
+    # One rule for everywhere at most: two would leave which one holds to their order.
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump({"task": TASK, "rules": [{"when": {}, "use": {"squeeze": 0.02}},
+                                                             {"when": {}, "use": {"squeeze": 0.03}}]}))
+    with pytest.raises(ConfigError, match="at most one rule without conditions"):
+        read_skills(twice)
+
+
+@pytest.fixture(scope="module")
+def refined_hidden(tmp_path_factory):
+    """Searched over the block's mass and friction alone: failures no condition can pick out."""
+    out = tmp_path_factory.mktemp("refine_hidden") / "SKILLS_refine"
+    config = RefineConfig(task=TASK, budget=30, factors=("block_mass_scale", "block_friction"), trials_per_variant=4,
+                          validation_trials=16, max_rules=2, everywhere_rounds=1, seed=0)
+    return refine_skills(config, out, workers=2, progress=False)
+
+
+def test_a_failure_the_robot_cannot_see_gets_a_rule_for_everywhere(refined_hidden, tmp_path):
+    assert [r.when for r in refined_hidden.rules] == [{}], refined_hidden.dropped
+    rule = refined_hidden.rules[0]
+    assert "squeeze" in rule.use  # a harder grip, found among the alternatives
+    # Each change kept was tried on the search's failures, then was significantly better on fresh
+    # trials over the whole space; the rounds end with one that found nothing more to keep.
+    kept = rule.found["rounds"]
+    assert len(kept) == 1 and kept[0]["why"] is None and kept[0]["use"] == rule.use
+    for entry in kept:
+        assert entry["trials"] == 8 and entry["expert"] < 8
+        assert entry["validation"]["trials"] == 48
+        assert entry["validation"]["with_rule"] > entry["validation"]["expert"]
+        assert entry["validation"]["p_value"] < 0.05
+    # The clusters, on mass and friction alone, get no rule of their own.
+    assert all(d["why"].startswith("no perceivable condition") for d in refined_hidden.dropped)
+    task, rules = read_skills(refined_hidden.skills)
+    assert rules == refined_hidden.rules

@@ -53,7 +53,8 @@ def _skills_refine(args) -> int:
     factors = tuple(f for f in args.factors.split(",") if f) if args.factors else None
     config = RefineConfig(task=args.task, budget=args.budget, sampler=args.sampler, factors=factors,
                           envelope=args.envelope, trials_per_variant=args.trials_per_variant,
-                          validation_trials=args.validation_trials, max_rules=args.max_rules, seed=args.seed)
+                          validation_trials=args.validation_trials, max_rules=args.max_rules, seed=args.seed,
+                          **({} if args.everywhere_rounds is None else {"everywhere_rounds": args.everywhere_rounds}))
     out = Path(args.out)
     refined, code = run_resumable(
         "skills refine", lambda: refine_skills(config, out.parent / (out.stem + "_refine"), workers=args.workers,
@@ -63,7 +64,7 @@ def _skills_refine(args) -> int:
         return code
     out.write_text(refined.skills.read_text())
     for rule in refined.rules:
-        print(f"rule: when {rule.when} use {rule.use} ({rule.found['validation']})")
+        print(f"rule: {f'when {rule.when}' if rule.when else 'everywhere'} use {rule.use} ({rule.found['validation']})")
     for entry in refined.dropped:
         print(f"dropped: cluster {entry['cluster']} ({entry['stage']}, {entry['conditions']}): {entry['why']}")
     print(f"skills {out}: use it as scripted:{args.task}?skills={out} (or a policy config with params {{skills: ...}})")
@@ -167,9 +168,16 @@ def add_loop_parsers(sub) -> None:
     sr.add_argument("--sampler", default="uniform")
     sr.add_argument("--factors", default=None, help="comma-separated factors to search over (default: all)")
     sr.add_argument("--envelope", default=None)
-    sr.add_argument("--trials-per-variant", type=_count(1), default=20)
-    sr.add_argument("--validation-trials", type=_count(1), default=40)
-    sr.add_argument("--max-rules", type=_count(1, 100), default=5)
+    sr.add_argument("--trials-per-variant", type=_count(1), default=20,
+                    help="trials per alternative where a cluster's condition holds (twice as many of the search's "
+                         "failures for the rule for everywhere)")
+    sr.add_argument("--validation-trials", type=_count(1), default=40,
+                    help="fresh trials to keep or drop a rule (three times as many over the whole space for the "
+                         "rule for everywhere)")
+    sr.add_argument("--max-rules", type=_count(1, 100), default=5, help="the largest failure clusters refined")
+    sr.add_argument("--everywhere-rounds", type=_count(0, 10), default=None,
+                    help="changes for everywhere (a rule without conditions) kept at most; 0 tries none "
+                         "(default: loop.skills_refine.EVERYWHERE_ROUNDS)")
     sr.add_argument("--seed", type=int, default=0)
     sr.add_argument("--workers", type=_count(1, 256), default=2)
     sr.add_argument("--no-progress", action="store_true")

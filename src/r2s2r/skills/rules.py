@@ -16,6 +16,11 @@ its own axes, metres), and the robot's own joints (`JOINT.position`, radians), r
 first observation of the episode. Hidden quantities (mass, friction, gains) are never
 conditions. The first rule whose conditions all hold chooses the parameters, over the policy's
 own; with none, the expert runs as it is.
+
+A rule without conditions (`when: {}`, at most one) holds everywhere: its parameters lie under
+every other rule's and apply alone where no other rule holds. Refinement writes one when a
+change helps where what sets the failures apart is hidden (a heavy or slippery block: a harder
+grip) and breaks nothing over the whole space.
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ def read_skills(path: str | Path) -> tuple[str, list[Rule]]:
             if low > high:
                 raise sec.error("when", f"[low, high] with low <= high for {feature}", [low, high])
             when[feature] = (float(low), float(high))
+        if not when and any(not r.when for r in rules):
+            raise sec.error("when", "at most one rule without conditions (it holds everywhere)", {})
         rules.append(Rule(when, dict(sec.section("use").data), dict(sec.section("found", {}).data)))
     return top.string("task"), rules
 
@@ -129,11 +136,13 @@ class RuleExpert:
 
     def act(self, observation: Observation):
         if self.current is None:
+            base = next((r for r in self.rules if not r.when), None)  # holds everywhere, under the others
             try:
-                self.rule = next((r for r in self.rules if r.applies(observation, self.joints)), None)
+                self.rule = next((r for r in self.rules if r.when and r.applies(observation, self.joints)), base)
             except KeyError as exc:
                 raise PolicyError(f"skill rules: {exc.args[0]}") from None
-            self.current = self.default if self.rule is None else self._variant(self.rule.use)
+            use = {**(base.use if base else {}), **(self.rule.use if self.rule else {})}
+            self.current = self._variant(use) if use else self.default
             self.current.reset()
         return self.current.act(observation)
 
