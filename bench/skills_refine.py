@@ -8,12 +8,13 @@ whole space (a campaign seed the refinement never used). Prints both success rat
 (issue 27): the failure rate at least halved.
 
 Usage: python bench/skills_refine.py [--budget 300] [--trials-per-variant 20] [--validation-trials 40]
-                                     [--held-out 1000] [--workers 2] [--out bench_output/skills_refine]
+                                     [--max-rules 5] [--held-out 1000] [--workers 2] [--out bench_output/skills_refine]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--trials-per-variant", type=int, default=20)
     parser.add_argument("--validation-trials", type=int, default=40)
+    parser.add_argument("--max-rules", type=int, default=5, help="the largest failure clusters refined")
     parser.add_argument("--held-out", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="bench_output/skills_refine")
@@ -44,22 +46,25 @@ def main() -> int:
     print(machine_line())
     clock = time.perf_counter()
     refined = refine_skills(RefineConfig(task=TASK, budget=args.budget, trials_per_variant=args.trials_per_variant,
-                                         validation_trials=args.validation_trials), out / "refine", args.workers)
+                                         validation_trials=args.validation_trials, max_rules=args.max_rules),
+                             out / "refine", args.workers)
     refine_s = time.perf_counter() - clock
-    config = out / "refined_expert.yaml"
+    # Named by its rules: the store keys a trial by the policy's path, and other rules are another policy.
+    digest = hashlib.sha256(refined.skills.read_bytes()).hexdigest()[:10]
+    config = out / f"refined_expert_{digest}.yaml"
     config.write_text(yaml.safe_dump({"uri": f"scripted:{TASK}", "params": {"skills": str(refined.skills)}}))
     task = load_task(TASK)
     store = TrialStore(out / "held_out.sqlite")
     outcomes = {}
     for label, policy in (("expert", f"scripted:{TASK}"), ("refined", str(config))):
-        name = f"held-out-{label}"
+        name = f"held-out-{label}" if label == "expert" else f"held-out-{label}-{digest}"
         store.open_campaign(name, {"kind": "bench", "policy": policy, "trials": args.held_out, "seed": HELD_OUT_SEED})
         results = run_trials(plan_eval(policy, task, args.held_out, HELD_OUT_SEED), store, name,
                              workers=args.workers, batch=8)
         outcomes[label] = [r.success for r in results]
     print(f"\nrefinement: {refine_s:.0f} s, {len(refined.rules)} rules kept, {len(refined.dropped)} dropped")
     for rule in refined.rules:
-        print(f"  rule: when {rule.when} use {rule.use}; validation {rule.found['validation']}")
+        print(f"  rule: {f'when {rule.when}' if rule.when else 'everywhere'} use {rule.use}; validation {rule.found['validation']}")
     for entry in refined.dropped:
         print(f"  dropped: cluster {entry['cluster']} ({entry['stage']}, {entry['conditions']}): {entry['why']}")
     failures = {}
